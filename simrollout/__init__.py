@@ -1,0 +1,6 @@
+"""simrollout: a discrete-event simulator of coding-agent RL rollout clusters.
+
+Pipeline: probe -> calibrate -> run -> sweep/plan -> validate (one CLI verb each).
+"""
+
+__version__ = "0.1.0"

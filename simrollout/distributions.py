@@ -1,0 +1,355 @@
+"""Latency distributions: one interface (sample, mean, cdf, ppf) over scipy.stats.
+
+A distribution is written in YAML as a mapping with a ``kind``; a bare number means a constant::
+
+    cold_start: {kind: lognormal, median: 0.15, p99: 0.6}
+    teardown: 0.04
+
+>>> import numpy as np
+>>> d = parse_dist({"kind": "lognormal", "median": 1.0, "p99": 10.0})
+>>> round(float(d.ppf(0.99)), 6)
+10.0
+>>> d.sample(np.random.default_rng(0), 3).shape
+(3,)
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    TypeAdapter,
+    model_validator,
+)
+from scipy import optimize, stats
+
+Z99 = float(stats.norm.ppf(0.99))
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """Draw ``size`` values (seconds, or counts for discrete kinds)."""
+        return np.asarray(self.frozen.rvs(size=size, random_state=rng), dtype=float)
+
+    def mean(self) -> float:
+        return float(self.frozen.mean())
+
+    def cdf(self, x):
+        return self.frozen.cdf(x)
+
+    def ppf(self, q):
+        return self.frozen.ppf(q)
+
+    @model_validator(mode="after")
+    def _finite_mean(self):
+        if not math.isfinite(self.mean()):
+            raise ValueError(
+                f"this {self.kind} distribution has an infinite mean; "
+                "choose parameters with a finite mean (e.g. log-logistic shape c > 1)"
+            )
+        return self
+
+
+class _Shifted(_Base):
+    loc: float = Field(0.0, ge=0, description="shift added to every draw, seconds")
+
+
+class Constant(_Base):
+    kind: Literal["constant"] = "constant"
+    value: float = Field(ge=0)
+
+    def sample(self, rng, size):
+        return np.full(size, self.value, dtype=float)
+
+    def mean(self):
+        return self.value
+
+    def cdf(self, x):
+        return np.where(np.asarray(x) >= self.value, 1.0, 0.0)
+
+    def ppf(self, q):
+        return np.full(np.shape(q), self.value, dtype=float) if np.ndim(q) else self.value
+
+
+class Exponential(_Shifted):
+    kind: Literal["exponential"] = "exponential"
+    mean_: PositiveFloat = Field(alias="mean")
+
+    @cached_property
+    def frozen(self):
+        return stats.expon(loc=self.loc, scale=self.mean_)
+
+    def sample(self, rng, size):
+        return self.loc + rng.exponential(self.mean_, size)
+
+
+class Lognormal(_Shifted):
+    """Lognormal by ``mu``/``sigma`` (of the log) or by ``median`` and ``p99``."""
+
+    kind: Literal["lognormal"] = "lognormal"
+    mu: float | None = None
+    sigma: PositiveFloat | None = None
+    median: PositiveFloat | None = None
+    p99: PositiveFloat | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_form(cls, data):
+        if isinstance(data, dict):
+            by_log = "mu" in data or "sigma" in data
+            by_q = "median" in data or "p99" in data
+            if by_log == by_q:
+                raise ValueError("give either mu and sigma, or median and p99")
+            if by_q and not ("median" in data and "p99" in data):
+                raise ValueError("give both median and p99")
+            if by_log and not ("mu" in data and "sigma" in data):
+                raise ValueError("give both mu and sigma")
+            if by_q and not data["p99"] > data["median"]:
+                raise ValueError("p99 must be greater than median")
+        return data
+
+    @property
+    def params(self) -> tuple[float, float]:
+        if self.mu is not None:
+            return self.mu, self.sigma
+        mu = math.log(self.median)
+        return mu, (math.log(self.p99) - mu) / Z99
+
+    @cached_property
+    def frozen(self):
+        mu, sigma = self.params
+        return stats.lognorm(s=sigma, loc=self.loc, scale=math.exp(mu))
+
+    def sample(self, rng, size):
+        mu, sigma = self.params
+        return self.loc + rng.lognormal(mu, sigma, size)
+
+
+class Gamma(_Shifted):
+    kind: Literal["gamma"] = "gamma"
+    shape: PositiveFloat
+    scale: PositiveFloat
+
+    @cached_property
+    def frozen(self):
+        return stats.gamma(a=self.shape, loc=self.loc, scale=self.scale)
+
+    def sample(self, rng, size):
+        return self.loc + rng.gamma(self.shape, self.scale, size)
+
+
+class Weibull(_Shifted):
+    kind: Literal["weibull"] = "weibull"
+    shape: PositiveFloat
+    scale: PositiveFloat
+
+    @cached_property
+    def frozen(self):
+        return stats.weibull_min(c=self.shape, loc=self.loc, scale=self.scale)
+
+    def sample(self, rng, size):
+        return self.loc + self.scale * rng.weibull(self.shape, size)
+
+
+class LogLogistic(_Shifted):
+    """Log-logistic (scipy's ``fisk``); the mean is finite only for shape ``c > 1``."""
+
+    kind: Literal["loglogistic"] = "loglogistic"
+    c: PositiveFloat
+    scale: PositiveFloat
+
+    @cached_property
+    def frozen(self):
+        return stats.fisk(c=self.c, loc=self.loc, scale=self.scale)
+
+
+class Empirical(_Base):
+    """Resampled ``samples``, or a curve through published ``quantiles`` {p: value}.
+
+    From quantiles, log(value) is interpolated linearly in the normal score of p (a piecewise
+    lognormal), and the end segments are extended past the outermost points.
+    """
+
+    kind: Literal["empirical"] = "empirical"
+    samples: list[Annotated[float, Field(ge=0)]] | None = None
+    quantiles: dict[float, PositiveFloat] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_form(cls, data):
+        if isinstance(data, dict) and ("samples" in data) == ("quantiles" in data):
+            raise ValueError("give either samples or quantiles")
+        return data
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.samples is not None and len(self.samples) < 1:
+            raise ValueError("samples must not be empty")
+        if self.quantiles is not None:
+            ps = sorted(self.quantiles)
+            if len(ps) < 2:
+                raise ValueError("give at least two quantiles")
+            if ps[0] <= 0 or ps[-1] >= 1:
+                raise ValueError("quantile levels must lie strictly between 0 and 1")
+            vs = [self.quantiles[p] for p in ps]
+            if any(b <= a for a, b in zip(vs, vs[1:])):
+                raise ValueError(
+                    "quantiles out of order: values must increase with the level, got "
+                    + ", ".join(f"p{p * 100:g}={v:g}" for p, v in zip(ps, vs))
+                )
+        return self
+
+    @cached_property
+    def _curve(self) -> tuple[np.ndarray, np.ndarray]:
+        ps = np.array(sorted(self.quantiles))
+        return stats.norm.ppf(ps), np.log([self.quantiles[p] for p in ps])
+
+    def _from_z(self, z):
+        zs, ys = self._curve
+        z = np.asarray(z, dtype=float)
+        lo = ys[0] + (z - zs[0]) * (ys[1] - ys[0]) / (zs[1] - zs[0])
+        hi = ys[-1] + (z - zs[-1]) * (ys[-1] - ys[-2]) / (zs[-1] - zs[-2])
+        return np.exp(np.where(z < zs[0], lo, np.where(z > zs[-1], hi, np.interp(z, zs, ys))))
+
+    def sample(self, rng, size):
+        if self.samples is not None:
+            return rng.choice(np.asarray(self.samples, dtype=float), size)
+        return self._from_z(rng.standard_normal(size))
+
+    def ppf(self, q):
+        if self.samples is not None:
+            return np.quantile(self.samples, q)
+        return self._from_z(stats.norm.ppf(q))
+
+    def cdf(self, x):
+        if self.samples is not None:
+            s = np.sort(self.samples)
+            return np.searchsorted(s, x, side="right") / len(s)
+        zs, ys = self._curve
+        y = np.log(np.maximum(np.asarray(x, dtype=float), 1e-300))
+        lo = zs[0] + (y - ys[0]) * (zs[1] - zs[0]) / (ys[1] - ys[0])
+        hi = zs[-1] + (y - ys[-1]) * (zs[-1] - zs[-2]) / (ys[-1] - ys[-2])
+        return stats.norm.cdf(np.where(y < ys[0], lo, np.where(y > ys[-1], hi, np.interp(y, ys, zs))))
+
+    def mean(self):
+        if self.samples is not None:
+            return float(np.mean(self.samples))
+        zs, ys = self._curve
+        # each segment is a lognormal piece; integrate exp(a + b z) phi(z) over it
+        edges = np.concatenate([[-np.inf], zs[1:-1], [np.inf]]) if len(zs) > 2 else [-np.inf, np.inf]
+        total = 0.0
+        for k in range(len(edges) - 1):
+            j = min(k, len(zs) - 2)
+            b = (ys[j + 1] - ys[j]) / (zs[j + 1] - zs[j])
+            a = ys[j] - b * zs[j]
+            lo, hi = edges[k], edges[k + 1]
+            total += math.exp(a + b * b / 2) * (stats.norm.cdf(hi - b) - stats.norm.cdf(lo - b))
+        return float(total)
+
+
+class Discrete(_Base):
+    """A count drawn from ``values`` with ``weights`` (e.g. tool calls per step)."""
+
+    kind: Literal["discrete"] = "discrete"
+    values: list[Annotated[float, Field(ge=0)]]
+    weights: list[Annotated[float, Field(ge=0)]]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lengths(cls, data):
+        if isinstance(data, dict) and len(data.get("values", [])) != len(data.get("weights", [])):
+            raise ValueError("values and weights must have the same length")
+        return data
+
+    @cached_property
+    def frozen(self):
+        w = np.asarray(self.weights, dtype=float)
+        if w.sum() <= 0:
+            raise ValueError("weights must not all be zero")
+        return stats.rv_discrete(values=(self.values, w / w.sum()))
+
+    def sample(self, rng, size):
+        w = np.asarray(self.weights, dtype=float)
+        return rng.choice(np.asarray(self.values, dtype=float), size, p=w / w.sum())
+
+
+class Component(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    weight: PositiveFloat
+    dist: Dist
+
+
+class Mixture(_Base):
+    """Weighted mixture; e.g. cached vs uncached image pulls, or tool categories."""
+
+    kind: Literal["mixture"] = "mixture"
+    components: list[Component] = Field(min_length=1)
+
+    @property
+    def probs(self) -> np.ndarray:
+        w = np.array([c.weight for c in self.components])
+        return w / w.sum()
+
+    def sample(self, rng, size):
+        which = rng.choice(len(self.components), size, p=self.probs)
+        out = np.empty(size)
+        for k, comp in enumerate(self.components):
+            idx = np.flatnonzero(which == k)
+            out[idx] = comp.dist.sample(rng, idx.size)
+        return out
+
+    def mean(self):
+        return float(sum(p * c.dist.mean() for p, c in zip(self.probs, self.components)))
+
+    def cdf(self, x):
+        return sum(p * c.dist.cdf(x) for p, c in zip(self.probs, self.components))
+
+    def ppf(self, q):
+        def one(qq):
+            hi = 1.0
+            while self.cdf(hi) < qq:
+                hi *= 2
+            return optimize.brentq(lambda x: self.cdf(x) - qq, 0.0, hi, xtol=1e-12)
+
+        return np.vectorize(one)(q) if np.ndim(q) else one(q)
+
+
+def _number_is_constant(v):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int | float):
+        return {"kind": "constant", "value": v}
+    return v
+
+
+Dist = Annotated[
+    Union[  # noqa: UP007 - pydantic discriminated union
+        Constant, Exponential, Lognormal, Gamma, Weibull, LogLogistic, Empirical, Discrete, Mixture
+    ],
+    Field(discriminator="kind"),
+    BeforeValidator(_number_is_constant),
+]
+Component.model_rebuild()
+Mixture.model_rebuild()
+
+_adapter = TypeAdapter(Dist)
+
+
+def parse_dist(data) -> Dist:
+    """Build a distribution from its YAML form (mapping or bare number)."""
+    return _adapter.validate_python(data)
+
+
+def dump_dist(d) -> dict:
+    """The YAML form of a distribution."""
+    return d.model_dump(by_alias=True, exclude_none=True, exclude_defaults=False)

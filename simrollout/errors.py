@@ -1,0 +1,98 @@
+"""Input errors: one paragraph naming the file, the field and what was expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+
+class InputError(Exception):
+    """Bad user input; the CLI prints the message and exits with code 2."""
+
+
+def load_yaml(path: str | Path) -> tuple[object, yaml.Node | None]:
+    """Parse a YAML file; return the data and its node tree (for line numbers)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: file not found.")
+    text = path.read_text()
+    try:
+        return yaml.safe_load(text), yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"{path}: malformed YAML{where}: {problem}.") from None
+
+
+def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
+    line = None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = None
+            for k, v in node.value:
+                if k.value == str(key):
+                    line, nxt = k.start_mark.line + 1, v
+                    break
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        if node is None:
+            break
+    return line
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    # pydantic adds union-member tags ("lognormal", "function-after[...]") to locations
+    return tuple(
+        p for p in loc if isinstance(p, int) or not ("[" in p or "(" in p or p in _DIST_KINDS)
+    )
+
+
+_DIST_KINDS = {
+    "constant",
+    "exponential",
+    "lognormal",
+    "gamma",
+    "weibull",
+    "loglogistic",
+    "empirical",
+    "discrete",
+    "mixture",
+    "function-before",
+    "function-after",
+}
+
+
+def explain(exc: ValidationError, path: str | Path, node: yaml.Node | None = None) -> InputError:
+    """Turn a pydantic ValidationError into one readable InputError."""
+    parts = []
+    seen = set()
+    for err in exc.errors():
+        loc = _clean_loc(err["loc"])
+        dotted = ".".join(str(p) for p in loc) or "(top level)"
+        if dotted in seen:
+            continue
+        seen.add(dotted)
+        line = _line_of(node, loc)
+        where = f"field '{dotted}'" + (f" (line {line})" if line else "")
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; check its spelling against the documented fields"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "union_tag_invalid":
+            msg = f"unknown distribution kind; expected one of {sorted(_DIST_KINDS - {'function-before', 'function-after'})}"
+        else:
+            got = err.get("input")
+            if got is not None and not isinstance(got, dict | list):
+                msg += f" (got {got!r})"
+        parts.append(f"{where}: {msg}")
+        if len(parts) == 4:
+            break
+    more = len({e['loc'] for e in exc.errors()}) - len(parts)
+    tail = f"; and {more} more" if more > 0 else ""
+    return InputError(f"{path}: invalid input. " + "; ".join(parts) + tail + ".")

@@ -1,0 +1,164 @@
+"""Results of a run: the terminal table, and the results folder (CSV, JSON, Parquet, PNG)."""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from . import __version__  # noqa: E402
+from .run import RunResult  # noqa: E402
+from .sim.records import STATUS  # noqa: E402
+
+TABLE = [
+    ("substrate", "substrate", "{}"),
+    ("concurrency", "conc.", "{:d}"),
+    ("worker_hours", "worker-h", "{:,.1f}"),
+    ("sandbox_hours", "sandbox-h", "{:,.1f}"),
+    ("gpu_hours", "GPU-h", "{:,.1f}"),
+    ("gpu_idle_fraction", "GPU idle", "{:.0%}"),
+    ("makespan_hours", "makespan h", "{:,.2f}"),
+    ("trajectories_per_hour", "traj/h", "{:,.0f}"),
+    ("duration_p50", "dur p50 s", "{:,.1f}"),
+    ("duration_p99", "dur p99 s", "{:,.1f}"),
+    ("cold_start_p50", "cold p50 s", "{:.3f}"),
+    ("cold_start_p99", "cold p99 s", "{:.3f}"),
+    ("failed", "failed", "{:,d}"),
+    ("cost_usd", "cost $", "{:,.0f}"),
+]
+
+
+def print_table(result: RunResult, console: Console | None = None) -> None:
+    console = console or Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 180)
+    scn = result.scenario
+    t = Table(
+        title=f"{scn.name}: {scn.workload.trajectories:,} trajectories, fidelity {result.fidelity}"
+        + (f", mean of {scn.replications} replications" if scn.replications > 1 else "")
+    )
+    for _, head, _ in TABLE:
+        t.add_column(head, justify="left" if head == "substrate" else "right")
+    for _, row in result.summary.iterrows():
+        cells = []
+        for key, _, fmt in TABLE:
+            v = row[key]
+            if isinstance(v, float) and np.isnan(v):
+                cells.append("-")
+            else:
+                cells.append(fmt.format(int(v) if "d}" in fmt else v))
+        t.add_row(*cells)
+    console.print(t)
+
+
+def write_results(result: RunResult, out: Path) -> list[Path]:
+    """Write summary.csv/json, cells.csv, trajectories.parquet and plots into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "summary.csv", out / "cells.csv", out / "summary.json"]
+    result.summary.to_csv(written[0], index=False)
+    result.cells.to_csv(written[1], index=False)
+    meta = {
+        "simrollout": __version__,
+        "scenario": result.scenario.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "fidelity": result.fidelity,
+        "python": platform.python_version(),
+        "summary": json.loads(result.summary.to_json(orient="records")),
+    }
+    written[2].write_text(json.dumps(meta, indent=2))
+    if result.records:
+        written.append(_write_records(result, out / "trajectories.parquet"))
+        written += plot_run(result, out)
+    return written
+
+
+def _write_records(result: RunResult, path: Path) -> Path:
+    writer = None
+    try:
+        for key, rec in result.records.items():
+            cols = {
+                "substrate": pa.array(
+                    [result.scenario.substrates[key.substrate].name] * rec.status.size
+                ).dictionary_encode(),
+                "concurrency": np.full(rec.status.size, key.concurrency, dtype=np.int32),
+                "replication": np.full(rec.status.size, key.replication, dtype=np.int16),
+                "trajectory": np.arange(rec.status.size, dtype=np.int64),
+                **rec.as_dict(),
+                "duration": rec.duration,
+            }
+            cols["status"] = pd.Categorical.from_codes(rec.status, list(STATUS.values()))
+            table = pa.table({k: pa.array(v) if not isinstance(v, pa.Array) else v for k, v in cols.items()})
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+    return path
+
+
+def _by_substrate(result: RunResult, level: int):
+    for key, rec in result.records.items():
+        if key.replication == 0 and key.concurrency == level:
+            yield result.scenario.substrates[key.substrate].name, rec
+
+
+def plot_run(result: RunResult, out: Path) -> list[Path]:
+    """Duration CDF per substrate (log x), worker-hours and cost bars, and, when concurrency is
+    swept, throughput and p99 duration against concurrency."""
+    paths = []
+    levels = result.scenario.cluster.levels
+    level = levels[-1]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    q = np.linspace(0, 1, 2001)
+    for name, rec in _by_substrate(result, level):
+        d = rec.duration[rec.duration > 0]
+        if d.size:
+            ax.plot(np.quantile(d, q), q, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("trajectory duration (s, log scale)")
+    ax.set_ylabel("fraction of trajectories")
+    ax.set_title(f"Trajectory duration CDF at concurrency {level}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    paths.append(_save(fig, out / "duration_cdf.png"))
+
+    s = result.summary[result.summary.concurrency == level]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, col, label in ((axes[0], "worker_hours", "worker-hours"), (axes[1], "cost_usd", "cost (USD)")):
+        ax.bar(s.substrate, s[col], yerr=s.get(f"{col}_ci95"), color="tab:blue", capsize=4)
+        ax.set_ylabel(label)
+        ax.set_title(f"{label} per substrate (concurrency {level})")
+        ax.tick_params(axis="x", rotation=20)
+    paths.append(_save(fig, out / "worker_hours_cost.png"))
+
+    if len(levels) > 1:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for name, g in result.summary.groupby("substrate", sort=False):
+            axes[0].plot(g.concurrency, g.trajectories_per_hour, marker="o", label=name)
+            axes[1].plot(g.concurrency, g.duration_p99, marker="o", label=name)
+        for ax, label in ((axes[0], "throughput (trajectories/h)"), (axes[1], "p99 duration (s)")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("concurrency")
+            ax.set_ylabel(label)
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+        paths.append(_save(fig, out / "concurrency.png"))
+    return paths
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,250 @@
+"""The versioned scenario file (YAML, ``version: 1``) and its schema.
+
+Every field is documented in docs/scenario.md. Load with :func:`load_scenario`; errors come back
+as one :class:`~simrollout.errors.InputError` naming the file, the field path and the line.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .distributions import Constant, Dist
+from .errors import InputError, explain, load_yaml
+
+Probability = Field(0.0, ge=0.0, le=1.0)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tool(_Model):
+    """One tool category: its share of calls and its latency."""
+
+    weight: PositiveFloat
+    latency: Dist
+
+
+class Workload(_Model):
+    trajectories: PositiveInt
+    steps: Dist
+    llm_time: Dist
+    calls_per_step: Dist = Constant(value=1)
+    tools: dict[str, Tool] = Field(min_length=1)
+    setup: Dist | None = None
+    reward: Dist | None = None
+
+
+class Failures(_Model):
+    """Probability that one operation fails: a create, a tool call (sandbox lost), a teardown."""
+
+    create: float = Probability
+    exec: float = Probability
+    teardown: float = Probability
+
+
+class Contention(_Model):
+    """Latency multiplier 1 + slope x (operations in flight on the host - 1), per phase."""
+
+    create: NonNegativeFloat = 0.0
+    exec: NonNegativeFloat = 0.0
+    teardown: NonNegativeFloat = 0.0
+
+
+class Capacity(_Model):
+    """Concurrent sandboxes: ``quota`` (hosted service) or ``hosts`` x ``sandboxes_per_host``."""
+
+    hosts: PositiveInt = 1
+    sandboxes_per_host: PositiveInt | None = None
+    quota: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        if self.quota is not None and (self.sandboxes_per_host is not None or self.hosts != 1):
+            raise ValueError("give either quota, or hosts and sandboxes_per_host, not both")
+        return self
+
+    @property
+    def per_host(self) -> int | None:
+        return self.quota if self.quota is not None else self.sandboxes_per_host
+
+    @property
+    def total(self) -> int | None:
+        return None if self.per_host is None else self.hosts * self.per_host
+
+
+class Billing(_Model):
+    price_per_second: NonNegativeFloat = 0.0
+    minimum_seconds: NonNegativeFloat = 0.0
+
+
+class Substrate(_Model):
+    name: str = Field(min_length=1)
+    profile: str | None = None
+    cold_start: Dist
+    warm_start: Dist = Constant(value=0.0)
+    exec_overhead: Dist
+    teardown: Dist
+    failures: Failures = Failures()
+    create_rate: PositiveFloat | None = None
+    capacity: Capacity = Capacity()
+    contention: Contention = Contention()
+    billing: Billing = Billing()
+
+
+class Inference(_Model):
+    """Engines serving the policy; generation slows by ``slowdown`` per extra running request."""
+
+    engines: PositiveInt
+    slowdown: NonNegativeFloat = 0.0
+    price_per_hour: NonNegativeFloat = 0.0
+
+
+class Cluster(_Model):
+    concurrency: PositiveInt | list[PositiveInt]
+    inference: Inference | None = None
+
+    @field_validator("concurrency")
+    @classmethod
+    def _non_empty(cls, v):
+        if isinstance(v, list) and not v:
+            raise ValueError("give at least one concurrency level")
+        return v
+
+    @property
+    def levels(self) -> list[int]:
+        return list(self.concurrency) if isinstance(self.concurrency, list) else [self.concurrency]
+
+
+class Policy(_Model):
+    mode: Literal["async", "sync"] = "async"
+    batch_size: PositiveInt | None = None
+    timeout: PositiveFloat | None = None
+    retries: NonNegativeInt = 0
+    retry_backoff: NonNegativeFloat = 0.0
+    warm_pool: NonNegativeInt = 0
+
+    @model_validator(mode="after")
+    def _batch(self):
+        if self.mode == "sync" and self.batch_size is None:
+            raise ValueError("mode 'sync' needs batch_size")
+        return self
+
+
+class Arrivals(_Model):
+    kind: Literal["batch", "poisson"] = "batch"
+    rate: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _rate(self):
+        if self.kind == "poisson" and self.rate is None:
+            raise ValueError("kind 'poisson' needs rate (trajectories per second)")
+        return self
+
+
+class Scenario(_Model):
+    version: Literal[1]
+    name: str = "scenario"
+    seed: NonNegativeInt = 0
+    replications: PositiveInt = 1
+    fidelity: Literal["auto", "step", "trajectory"] = "auto"
+    workload: Workload
+    substrates: list[Substrate] = Field(min_length=1)
+    cluster: Cluster
+    policy: Policy = Policy()
+    arrivals: Arrivals = Arrivals()
+
+    @field_validator("substrates")
+    @classmethod
+    def _unique(cls, v):
+        names = [s.name for s in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"substrate names must be unique, got {names}")
+        return v
+
+    def resolved_fidelity(self) -> str:
+        """``auto`` simulates every step when the run is small (at most 200k steps)."""
+        if self.fidelity != "auto":
+            return self.fidelity
+        return "step" if self.workload.trajectories * self.workload.steps.mean() <= 2e5 else "trajectory"
+
+
+# ---------------------------------------------------------------- loading
+
+
+class ProfileFile(_Model):
+    """A substrate profile under calibration/profiles/ (written by ``simrollout calibrate``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    version: Literal[1]
+    name: str
+    substrate: dict
+    provenance: dict = {}
+
+
+def _resolve(ref: str, base: Path) -> Path:
+    for cand in (base / ref, Path(ref)):
+        if cand.is_file():
+            return cand
+    raise InputError(
+        f"{base}: substrate profile '{ref}' not found (looked relative to the scenario file and "
+        "to the current directory)."
+    )
+
+
+def load_profile(path: Path) -> ProfileFile:
+    data, node = load_yaml(path)
+    try:
+        prof = ProfileFile.model_validate(data)
+        # check its substrate fields now, so errors name the profile file
+        Substrate.model_validate({"name": prof.name, **prof.substrate})
+    except ValidationError as exc:
+        raise explain(exc, path, node) from None
+    return prof
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and "kind" not in v:
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scenario:
+    """Validate a scenario mapping; substrate ``profile`` paths resolve relative to ``path``."""
+    path = Path(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of scenario fields at the top level.")
+    data = copy.deepcopy(data)
+    for i, sub in enumerate(data.get("substrates") or []):
+        if isinstance(sub, dict) and isinstance(sub.get("profile"), str):
+            prof = load_profile(_resolve(sub["profile"], path.parent))
+            data["substrates"][i] = {"name": prof.name, **_merge(prof.substrate, sub)}
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise explain(exc, path, node) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file."""
+    data, node = load_yaml(path)
+    return scenario_from_dict(data, path, node)

@@ -1,0 +1,1 @@
+"""The SimPy model: sandbox fleet, inference tier, trajectory processes and the cell runner."""

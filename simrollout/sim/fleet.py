@@ -1,0 +1,120 @@
+"""The sandbox fleet of one substrate: quota, create-rate limit, hosts, warm pool.
+
+Lifecycle operations (create, exec overhead, teardown) on a host take
+``base x (1 + slope x (operations in flight on that host, itself included, - 1))``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from ..scenario import Substrate
+
+
+class Fleet:
+    def __init__(self, env: simpy.Environment, sub: Substrate, rng: np.random.Generator):
+        self.env = env
+        self.sub = sub
+        self.rng = rng
+        cap = sub.capacity
+        self.quota = simpy.Container(env, cap.total, init=cap.total) if cap.total else None
+        self.sandboxes = np.zeros(cap.hosts, dtype=np.int64)  # alive per host
+        self.ops = np.zeros(cap.hosts, dtype=np.int64)  # lifecycle ops in flight per host
+        self.bodies = np.zeros(cap.hosts, dtype=np.int64)  # sandboxes running steps per host
+        self.exec_share = 0.0  # expected share of a body spent in exec overhead (trajectory fidelity)
+        self._next_token = 0.0
+        self.pool: simpy.Store | None = None
+        self.pool_idle_seconds = 0.0
+        self.pool_sandbox_seconds = 0.0  # lifetime of pool sandboxes before they were claimed
+        self.peak_sandboxes = 0
+
+    # ------------------------------------------------------------ operations on a host
+    def load(self, host: int) -> float:
+        """Operations in flight on ``host``, counting expected execs of running bodies."""
+        return self.ops[host] + self.exec_share * self.bodies[host]
+
+    def op(self, host: int, base: float, slope: float):
+        """Run one lifecycle operation on ``host``; returns its latency."""
+        self.ops[host] += 1
+        latency = base * (1.0 + slope * max(self.load(host) - 1.0, 0.0))
+        yield self.env.timeout(latency)
+        self.ops[host] -= 1
+        return latency
+
+    # ------------------------------------------------------------ sandboxes
+    def _rate_delay(self) -> float:
+        rate = self.sub.create_rate
+        if rate is None:
+            return 0.0
+        t = max(self.env.now, self._next_token)
+        self._next_token = t + 1.0 / rate
+        return t - self.env.now
+
+    def create(self, base: float, fails: bool):
+        """Quota, then a create-rate token, then the create itself (which ``fails`` or not).
+
+        Returns ``(host, waited, latency)``; a failed create has already released its quota.
+        """
+        t0 = self.env.now
+        if self.quota is not None:
+            yield self.quota.get(1)
+        delay = self._rate_delay()
+        if delay > 0:
+            yield self.env.timeout(delay)
+        host = int(np.argmin(self.sandboxes))
+        self.sandboxes[host] += 1
+        self.peak_sandboxes = max(self.peak_sandboxes, int(self.sandboxes.sum()))
+        waited = self.env.now - t0
+        latency = yield from self.op(host, base, self.sub.contention.create)
+        if fails:
+            yield from self.release(host)
+        return host, waited, latency
+
+    def teardown(self, host: int, base: float):
+        """Tear a sandbox down (a failed teardown is retried once); returns the time taken."""
+        t0 = self.env.now
+        yield from self.op(host, base, self.sub.contention.teardown)
+        if self.rng.random() < self.sub.failures.teardown:
+            yield from self.op(host, base, self.sub.contention.teardown)
+        yield from self.release(host)
+        return self.env.now - t0
+
+    def release(self, host: int):
+        self.sandboxes[host] -= 1
+        if self.quota is not None:
+            yield self.quota.put(1)
+
+    # ------------------------------------------------------------ warm pool
+    def start_pool(self, size: int):
+        """Keep ``size`` ready sandboxes; each claim triggers a replacement."""
+        self.pool = simpy.Store(self.env)
+        for _ in range(size):
+            self.env.process(self._refill())
+
+    def _refill(self):
+        while True:
+            t0 = self.env.now
+            base = float(self.sub.cold_start.sample(self.rng, 1)[0])
+            fails = self.rng.random() < self.sub.failures.create
+            host, _, _ = yield from self.create(base, fails)
+            if not fails:
+                break
+        self.pool.put((host, t0, self.env.now))
+
+    def claim_warm(self):
+        """A ready sandbox from the pool, if one is waiting: ``(host, billed_so_far)`` or None."""
+        if self.pool is None or not self.pool.items:
+            return None
+        host, created, ready = self.pool.items.pop(0)
+        self.pool_idle_seconds += self.env.now - ready
+        self.env.process(self._refill())
+        return host, self.env.now - created
+
+    def close_pool(self, now: float) -> None:
+        """Bill the sandboxes still idle in the pool at the end of the run."""
+        if self.pool is None:
+            return
+        for _host, created, ready in self.pool.items:
+            self.pool_idle_seconds += now - ready
+            self.pool_sandbox_seconds += now - created

@@ -1,0 +1,46 @@
+"""The inference tier: engines whose per-step generation time grows with their running requests."""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from ..scenario import Inference
+
+
+class InferenceTier:
+    """``engines`` engines; a request goes to the least-loaded one and takes
+    ``base x (1 + slowdown x (requests running there, itself included, - 1))`` seconds."""
+
+    def __init__(self, env: simpy.Environment, spec: Inference | None):
+        self.env = env
+        self.spec = spec
+        n = spec.engines if spec else 0
+        self.running = np.zeros(n, dtype=np.int64)
+        self._since = np.zeros(n)
+        self.busy_seconds = 0.0
+
+    def duration(self, base: float) -> tuple[int, float]:
+        """Admit a request: pick its engine and fix its duration (step fidelity)."""
+        if self.spec is None:
+            return -1, base
+        e = int(np.argmin(self.running))
+        if self.running[e] == 0:
+            self._since[e] = self.env.now
+        self.running[e] += 1
+        return e, base * (1.0 + self.spec.slowdown * (self.running[e] - 1))
+
+    def done(self, e: int) -> None:
+        if e < 0:
+            return
+        self.running[e] -= 1
+        if self.running[e] == 0:
+            self.busy_seconds += self.env.now - self._since[e]
+
+
+def expected_busy_engines(load: np.ndarray, engines: int) -> np.ndarray:
+    """E[min(engines, K)] for K ~ Poisson(load): engines busy when ``load`` requests generate."""
+    from scipy import stats
+
+    j = np.arange(1, engines + 1)
+    return stats.poisson.sf(j[None, :] - 1, np.asarray(load)[:, None]).sum(axis=1)

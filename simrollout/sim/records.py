@@ -1,0 +1,42 @@
+"""Per-trajectory results of one simulated cell, as numpy arrays (never one object per step)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+OK, FAILED, TIMEOUT = 0, 1, 2
+STATUS = {OK: "ok", FAILED: "failed", TIMEOUT: "timeout"}
+
+
+@dataclass
+class Records:
+    arrival: np.ndarray  # became ready to run, s
+    start: np.ndarray  # got a slot (a rollout worker), s
+    end: np.ndarray  # released its slot after teardown, s
+    cold: np.ndarray  # sandbox acquisition latency of the last attempt (cold or warm start), s
+    acquire_wait: np.ndarray  # waited for quota and create-rate tokens, all attempts, s
+    worker: np.ndarray  # wall time on the substrate excluding model inference, s
+    sandbox: np.ndarray  # billed sandbox lifetime, all attempts, s
+    llm: np.ndarray  # time in model generation, s
+    attempts: np.ndarray  # int8
+    status: np.ndarray  # int8: 0 ok, 1 failed, 2 timeout
+    warm: np.ndarray  # bool: last attempt was a warm-pool hit
+    steps_done: np.ndarray  # int32: steps completed in the last attempt
+
+    @classmethod
+    def empty(cls, n: int) -> Records:
+        ints = {"attempts": np.int8, "status": np.int8, "warm": bool, "steps_done": np.int32}
+        return cls(**{f.name: np.zeros(n, dtype=ints.get(f.name, np.float64)) for f in fields(cls)})
+
+    @property
+    def duration(self) -> np.ndarray:
+        return self.end - self.start
+
+    @property
+    def queue_wait(self) -> np.ndarray:
+        return self.start - self.arrival
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

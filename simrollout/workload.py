@@ -1,0 +1,133 @@
+"""Per-trajectory work, drawn in vectorized chunks (never a Python loop per step).
+
+Common random numbers: trajectory ``i`` of replication ``r`` always draws its workload from the
+stream ``(seed, r, "workload", i // CHUNK)``, so it is the same on every substrate, every
+concurrency level, in both fidelities and in any process. Substrate draws (exec overhead per call,
+cold start, teardown, first failures) come from ``(seed, r, "substrate", name, ...)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .distributions import Component, Mixture
+from .rng import stream
+from .scenario import Scenario, Substrate
+
+CHUNK = 32_768
+
+
+@dataclass
+class Work:
+    """Workload of all trajectories; per-step detail only when ``detail`` was asked for."""
+
+    steps: np.ndarray  # int, per trajectory
+    calls: np.ndarray  # int, tool calls per trajectory
+    llm: np.ndarray  # sum of unloaded generation time per trajectory, s
+    tool: np.ndarray  # sum of tool latency per trajectory, s
+    setup: np.ndarray
+    reward: np.ndarray
+    # per-step detail (step fidelity): flat arrays with offsets per trajectory
+    step_llm: np.ndarray | None = None
+    step_calls: np.ndarray | None = None
+    call_tool: np.ndarray | None = None
+    step_off: np.ndarray | None = field(default=None)
+    call_off: np.ndarray | None = field(default=None)
+
+    @property
+    def n(self) -> int:
+        return len(self.steps)
+
+
+def tool_mixture(scn: Scenario) -> Mixture:
+    tools = scn.workload.tools.values()
+    return Mixture(components=[Component(weight=t.weight, dist=t.latency) for t in tools])
+
+
+def _counts(d, rng, n, lo: int) -> np.ndarray:
+    return np.maximum(np.rint(d.sample(rng, n)).astype(np.int64), lo)
+
+
+def _sum_by(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sum consecutive runs of ``values`` of the given lengths (lengths may be zero)."""
+    idx = np.concatenate([[0], np.cumsum(counts)])
+    csum = np.concatenate([[0.0], np.cumsum(values)])
+    return csum[idx[1:]] - csum[idx[:-1]]
+
+
+def draw_work(scn: Scenario, rep: int, detail: bool = False) -> Work:
+    """Draw every trajectory's workload for replication ``rep``."""
+    wl, n = scn.workload, scn.workload.trajectories
+    mix = tool_mixture(scn)
+    parts: dict[str, list] = {k: [] for k in Work.__dataclass_fields__ if k not in ("step_off", "call_off")}
+    for c, lo in enumerate(range(0, n, CHUNK)):
+        m = min(CHUNK, n - lo)
+        rng = stream(scn.seed, rep, "workload", c)
+        steps = _counts(wl.steps, rng, m, 1)
+        step_llm = wl.llm_time.sample(rng, int(steps.sum()))
+        step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
+        call_tool = mix.sample(rng, int(step_calls.sum()))
+        calls = _sum_by(step_calls, steps).astype(np.int64)
+        parts["steps"].append(steps)
+        parts["calls"].append(calls)
+        parts["llm"].append(_sum_by(step_llm, steps))
+        parts["tool"].append(_sum_by(call_tool, calls))
+        parts["setup"].append(wl.setup.sample(rng, m) if wl.setup else np.zeros(m))
+        parts["reward"].append(wl.reward.sample(rng, m) if wl.reward else np.zeros(m))
+        if detail:
+            parts["step_llm"].append(step_llm)
+            parts["step_calls"].append(step_calls)
+            parts["call_tool"].append(call_tool)
+    cat = {k: np.concatenate(v) for k, v in parts.items() if v}
+    work = Work(**cat)
+    if detail:
+        work.step_off = np.concatenate([[0], np.cumsum(work.steps)])
+        work.call_off = np.concatenate([[0], np.cumsum(work.calls)])
+    return work
+
+
+@dataclass
+class SubstrateDraws:
+    """First-attempt lifecycle draws of one substrate for every trajectory."""
+
+    overhead: np.ndarray  # sum of exec overhead over the trajectory's calls, s (unloaded)
+    cold: np.ndarray
+    warm: np.ndarray
+    teardown: np.ndarray
+    fail_create: np.ndarray  # bool: the first create attempt fails
+    fail_call: np.ndarray  # 1-based index of the first failing tool call; 0 = none
+    call_overhead: np.ndarray | None = None  # per call (step fidelity)
+
+
+def first_failure(rng: np.random.Generator, p: float, calls: np.ndarray) -> np.ndarray:
+    """1-based index of the first failing call among ``calls`` with per-call probability p."""
+    if p <= 0:
+        return np.zeros(calls.size, dtype=np.int64)
+    k = rng.geometric(p, calls.size)
+    return np.where(k <= calls, k, 0)
+
+
+def draw_substrate(
+    scn: Scenario, sub: Substrate, rep: int, work: Work, detail: bool = False
+) -> SubstrateDraws:
+    n = work.n
+    over, call_over = [], []
+    for c, lo in enumerate(range(0, n, CHUNK)):
+        calls = work.calls[lo : lo + CHUNK]
+        rng = stream(scn.seed, rep, "substrate", sub.name, "exec", c)
+        per_call = sub.exec_overhead.sample(rng, int(calls.sum()))
+        over.append(_sum_by(per_call, calls))
+        if detail:
+            call_over.append(per_call)
+    rng = stream(scn.seed, rep, "substrate", sub.name, "lifecycle")
+    return SubstrateDraws(
+        overhead=np.concatenate(over),
+        cold=sub.cold_start.sample(rng, n),
+        warm=sub.warm_start.sample(rng, n),
+        teardown=sub.teardown.sample(rng, n),
+        fail_create=rng.random(n) < sub.failures.create,
+        fail_call=first_failure(rng, sub.failures.exec, work.calls),
+        call_overhead=np.concatenate(call_over) if detail else None,
+    )
