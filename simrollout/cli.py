@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -27,10 +26,10 @@ def _root() -> None:
 @app.command()
 def run(
     scenario: Path = typer.Argument(..., help="Scenario YAML (version: 1)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results folder (default: results/<name>)."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Processes (default: all cores)."),
-    seed: Optional[int] = typer.Option(None, help="Override the scenario's seed."),
-    fidelity: Optional[str] = typer.Option(None, help="Override fidelity: step, trajectory or auto."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Results folder (default: results/<name>)."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Processes (default: all cores)."),
+    seed: int | None = typer.Option(None, help="Override the scenario's seed."),
+    fidelity: str | None = typer.Option(None, help="Override fidelity: step, trajectory or auto."),
     no_records: bool = typer.Option(False, "--no-records", help="Skip per-trajectory Parquet and plots."),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
@@ -46,12 +45,19 @@ def run(
         scn = scenario_from_dict({**scn.model_dump(by_alias=True, exclude_none=True), **over}, scenario)
     out = out or Path("results") / scn.name
     with Progress(
-        TextColumn("[bold]simulating"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-        TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal,
+        TextColumn("[bold]simulating"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
     ) as bar:
         task = bar.add_task("run", total=1.0)
         result = run_scenario(
-            scn, jobs=jobs, keep_records=not no_records,
+            scn,
+            jobs=jobs,
+            keep_records=not no_records,
             progress=lambda done, total: bar.update(task, completed=done / total),
         )
     print_table(result)

@@ -47,9 +47,7 @@ def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
 
 def _clean_loc(loc: tuple) -> tuple:
     # pydantic adds union-member tags ("lognormal", "function-after[...]") to locations
-    return tuple(
-        p for p in loc if isinstance(p, int) or not ("[" in p or "(" in p or p in _DIST_KINDS)
-    )
+    return tuple(p for p in loc if isinstance(p, int) or not ("[" in p or "(" in p or p in _DIST_KINDS))
 
 
 _DIST_KINDS = {
@@ -85,7 +83,8 @@ def explain(exc: ValidationError, path: str | Path, node: yaml.Node | None = Non
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "union_tag_invalid":
-            msg = f"unknown distribution kind; expected one of {sorted(_DIST_KINDS - {'function-before', 'function-after'})}"
+            kinds = sorted(k for k in _DIST_KINDS if not k.startswith("function"))
+            msg = f"unknown distribution kind; expected one of {kinds}"
         else:
             got = err.get("input")
             if got is not None and not isinstance(got, dict | list):
@@ -93,6 +92,6 @@ def explain(exc: ValidationError, path: str | Path, node: yaml.Node | None = Non
         parts.append(f"{where}: {msg}")
         if len(parts) == 4:
             break
-    more = len({e['loc'] for e in exc.errors()}) - len(parts)
+    more = len({e["loc"] for e in exc.errors()}) - len(parts)
     tail = f"; and {more} more" if more > 0 else ""
     return InputError(f"{path}: invalid input. " + "; ".join(parts) + tail + ".")

@@ -135,7 +135,10 @@ def plot_run(result: RunResult, out: Path) -> list[Path]:
 
     s = result.summary[result.summary.concurrency == level]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, col, label in ((axes[0], "worker_hours", "worker-hours"), (axes[1], "cost_usd", "cost (USD)")):
+    for ax, col, label in (
+        (axes[0], "worker_hours", "worker-hours"),
+        (axes[1], "cost_usd", "cost (USD)"),
+    ):
         ax.bar(s.substrate, s[col], yerr=s.get(f"{col}_ci95"), color="tab:blue", capsize=4)
         ax.set_ylabel(label)
         ax.set_title(f"{label} per substrate (concurrency {level})")

@@ -64,13 +64,21 @@ def _run_cell(key: CellKey, keep: bool) -> tuple[CellKey, dict, Records | None]:
     sub = scn.substrates[key.substrate]
     q = _STATE.get("progress")
     cell = Cell(
-        scn, sub, key.concurrency, key.replication, _work(key.replication),
-        _draws(key.substrate, key.replication), fid,
+        scn,
+        sub,
+        key.concurrency,
+        key.replication,
+        _work(key.replication),
+        _draws(key.substrate, key.replication),
+        fid,
         progress=(lambda k: q.put(k)) if q is not None else None,
     )
     rec = cell.run()
     summary = summarize(
-        rec, scn, sub, cell.gpu_busy_seconds(),
+        rec,
+        scn,
+        sub,
+        cell.gpu_busy_seconds(),
         extra_sandbox_seconds=cell.fleet.pool_sandbox_seconds,
         peak_sandboxes=cell.fleet.peak_sandboxes,
     )
@@ -132,8 +140,12 @@ def run_scenario(
     rows = []
     for key, summary, _ in results:
         rows.append(
-            {"substrate": scn.substrates[key.substrate].name, "concurrency": key.concurrency,
-             "replication": key.replication, **summary}
+            {
+                "substrate": scn.substrates[key.substrate].name,
+                "concurrency": key.concurrency,
+                "replication": key.replication,
+                **summary,
+            }
         )
     cells = pd.DataFrame(rows)
     records = {key: rec for key, _, rec in results if rec is not None}

@@ -60,9 +60,7 @@ class Cell:
     def run(self) -> Records:
         pol, n = self.scn.policy, self.work.n
         if self.scn.arrivals.kind == "poisson":
-            gaps = stream(self.scn.seed, self.rep, "arrivals").exponential(
-                1.0 / self.scn.arrivals.rate, n
-            )
+            gaps = stream(self.scn.seed, self.rep, "arrivals").exponential(1.0 / self.scn.arrivals.rate, n)
             self.rec.arrival[:] = np.cumsum(gaps)
         if pol.warm_pool:
             self.fleet.start_pool(pol.warm_pool)
@@ -85,7 +83,9 @@ class Cell:
             if ready > self.env.now:
                 yield self.env.timeout(ready - self.env.now)
             for i in range(lo, hi):
-                self.rec.arrival[i] = self.env.now if self.scn.arrivals.kind == "batch" else self.rec.arrival[i]
+                self.rec.arrival[i] = (
+                    self.env.now if self.scn.arrivals.kind == "batch" else self.rec.arrival[i]
+                )
             yield from self._workers(iter(range(lo, hi)), min(self.concurrency, hi - lo))
 
     def _worker(self, todo):
