@@ -65,6 +65,95 @@ def run(
     typer.echo(f"wrote {len(paths)} files to {out}/")
 
 
+@app.command()
+def probe(
+    backend: str = typer.Argument(..., help="process, docker, kubernetes, daytona, e2b, modal or ec2."),
+    out: Path = typer.Option(None, "--out", "-o", help="JSONL file to append to."),
+    sandboxes: int = typer.Option(10, help="Sandbox lifecycles per concurrency level."),
+    commands: int = typer.Option(10, help="Exec round trips per sandbox."),
+    concurrency: str = typer.Option("1", help="Comma-separated levels, e.g. 1,8,32."),
+    mode: str = typer.Option("sequential", help="sequential, staggered or burst."),
+    gap: float = typer.Option(0.1, help="Seconds between starts in staggered mode."),
+    image: str = typer.Option("simrollout-busybox:local", help="Image (or template, AMI)."),
+    command: str = typer.Option("true", help="Command whose exec round trip is timed."),
+) -> None:
+    """Time create, exec, file transfer and teardown of real sandboxes; append JSONL records."""
+    import datetime as dt
+
+    from .calibration.backends import get_backend
+    from .calibration.probe import MODES, ProbePlan
+    from .calibration.probe import probe as run_probe
+
+    if mode not in MODES:
+        raise InputError(f"--mode: expected one of {list(MODES)}, got '{mode}'.")
+    try:
+        levels = tuple(int(c) for c in concurrency.split(","))
+        assert all(c > 0 for c in levels)
+    except (ValueError, AssertionError):
+        raise InputError(
+            f"--concurrency: expected positive integers like 1,8,32, got '{concurrency}'."
+        ) from None
+    be = get_backend(backend)
+    out = out or Path("calibration/probes") / f"{backend}-{dt.date.today():%Y%m%d}.jsonl"
+    plan = ProbePlan(sandboxes, commands, levels, mode, gap, image, command)
+    counts: dict[str, int] = {}
+
+    def seen(rec):
+        counts[rec.phase] = counts.get(rec.phase, 0) + 1
+
+    try:
+        run_id = run_probe(be, plan, out, on_record=seen)
+    except KeyboardInterrupt:
+        err.print(f"interrupted; kept {sum(counts.values())} records in {out}; sandboxes removed")
+        raise typer.Exit(130) from None
+    typer.echo(f"run {run_id}: {sum(counts.values())} records {counts} appended to {out}")
+
+
+@app.command()
+def calibrate(
+    probes: list[Path] = typer.Argument(None, help="Probe record files (JSONL)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Profile YAML to write."),
+    name: str | None = typer.Option(None, help="Substrate name (default: the file stem)."),
+    criterion: str = typer.Option("aic", help="Model selection: aic or bic."),
+    from_quantiles: Path | None = typer.Option(
+        None, "--from-quantiles", help="Build from published percentiles (YAML spec) instead of probes."
+    ),
+) -> None:
+    """Fit latency distributions to probe records and write a substrate profile."""
+    import warnings
+
+    from .calibration.fit import calibrate as fit, from_quantiles as build, plot_fits, write_profile
+    from .calibration.probe import read_records
+    from .errors import load_yaml
+
+    name = name or out.stem
+    if from_quantiles is not None:
+        spec, _ = load_yaml(from_quantiles)
+        profile = build(spec, from_quantiles)
+        write_profile(profile, out)
+        typer.echo(f"wrote {out} (from published quantiles: {profile['provenance']['source']})")
+        return
+    if not probes:
+        raise InputError("calibrate: give probe record files, or --from-quantiles SPEC.")
+    if criterion not in ("aic", "bic"):
+        raise InputError(f"--criterion: expected aic or bic, got '{criterion}'.")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profile, plots = fit(read_records(probes), name, criterion)
+    for w in caught:
+        err.print(f"warning: {w.message}")
+    write_profile(profile, out)
+    png = plot_fits(plots, out.with_suffix(".png"))
+    for phase, f in profile["fits"].items():
+        rel = ", ".join(f"{k} {v:+.1%}" for k, v in f["quantile_rel_error"].items())
+        ks = f["candidates"][f["selected"]]
+        typer.echo(
+            f"{phase:9s} n={f['n']:<5d} {f['selected']:20s} KS={ks['ks']:.3f} (p={ks['ks_pvalue']:.2f})"
+            f"  quantile error {rel}  contention slope {f['contention_slope']:.3f}"
+        )
+    typer.echo(f"wrote {out} and {png}")
+
+
 def main() -> None:
     """Entry point: input errors become one paragraph on stderr and exit code 2."""
     try:

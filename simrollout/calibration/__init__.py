@@ -1,0 +1,1 @@
+"""Calibration: probe real substrates, fit latency distributions, validate against a real run."""

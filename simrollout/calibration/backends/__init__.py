@@ -1,0 +1,62 @@
+"""Sandbox backends behind one small interface, loaded lazily by name.
+
+A backend creates a sandbox (returning once its first command can run), executes commands in it,
+optionally moves files, and removes it. Backends whose client library or credentials are missing
+raise :class:`BackendUnavailable` with what to install or set.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+from ...errors import InputError
+
+
+class BackendUnavailable(InputError):
+    """The backend's client library, engine or credentials are missing."""
+
+
+class Backend(Protocol):
+    name: str
+    supports_files: bool
+
+    def info(self) -> dict[str, str]: ...
+    def create(self, image: str, label: str) -> Any: ...
+    def exec(self, sandbox: Any, command: str) -> None: ...
+    def upload(self, sandbox: Any, path: str, data: bytes) -> None: ...
+    def download(self, sandbox: Any, path: str) -> bytes: ...
+    def remove(self, sandbox: Any) -> None: ...
+    def sweep(self, label: str) -> int: ...
+
+
+BACKENDS = {
+    "process": "simrollout.calibration.backends.process:ProcessBackend",
+    "docker": "simrollout.calibration.backends.docker:DockerBackend",
+    "kubernetes": "simrollout.calibration.backends.kubernetes:KubernetesBackend",
+    "daytona": "simrollout.calibration.backends.hosted:DaytonaBackend",
+    "e2b": "simrollout.calibration.backends.hosted:E2BBackend",
+    "modal": "simrollout.calibration.backends.hosted:ModalBackend",
+    "ec2": "simrollout.calibration.backends.ec2:EC2Backend",
+}
+
+
+def get_backend(name: str, **options) -> Backend:
+    if name not in BACKENDS:
+        raise InputError(f"unknown backend '{name}'; expected one of {sorted(BACKENDS)}.")
+    module, cls = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(**options)
+
+
+def require(module: str, extra: str, what: str):
+    """Import an optional SDK or explain how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise BackendUnavailable(
+            f"the {what} backend needs the '{module}' package: pip install 'simrollout[{extra}]'."
+        ) from None
+
+
+class CommandFailed(RuntimeError):
+    """A command in a sandbox exited non-zero."""

@@ -1,0 +1,77 @@
+"""The Docker Engine through the official Python SDK (docker-py)."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+from . import BackendUnavailable, CommandFailed, require
+
+LABEL = "simrollout.probe"
+
+
+class DockerBackend:
+    name = "docker"
+    supports_files = True
+
+    def __init__(self, network: str = "none"):
+        docker = require("docker", "docker", "docker")
+        try:
+            self.client = docker.from_env()
+            self.client.ping()
+        except Exception as exc:  # docker.errors.DockerException and connection errors
+            raise BackendUnavailable(
+                f"no Docker engine answers ({exc.__class__.__name__}); start dockerd or set "
+                "DOCKER_HOST (on Debian: scripts/start-docker.sh)."
+            ) from None
+        self.network = network
+        self._docker = docker
+
+    def info(self) -> dict[str, str]:
+        v = self.client.version()
+        return {"backend_version": self._docker.__version__, "engine_version": v.get("Version", "")}
+
+    def create(self, image: str, label: str):
+        c = self.client.containers.run(
+            image,
+            command=["/bin/sleep", "86400"],
+            detach=True,
+            network_mode=self.network,
+            labels={LABEL: label},
+        )
+        try:
+            self.exec(c, "true")  # ready when a first command runs
+        except Exception:
+            self.remove(c)
+            raise
+        return c
+
+    def exec(self, sandbox, command: str) -> None:
+        code, out = sandbox.exec_run(["/bin/sh", "-c", command])
+        if code != 0:
+            raise CommandFailed(f"exit {code}: {out[-200:]!r}")
+
+    def upload(self, sandbox, path: str, data: bytes) -> None:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(path.rsplit("/", 1)[-1])
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        sandbox.put_archive(path.rsplit("/", 1)[0] or "/", buf.getvalue())
+
+    def download(self, sandbox, path: str) -> bytes:
+        stream, _ = sandbox.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            return tar.extractfile(tar.getmembers()[0]).read()
+
+    def remove(self, sandbox) -> None:
+        sandbox.remove(force=True)
+
+    def sweep(self, label: str) -> int:
+        found = self.client.containers.list(all=True, filters={"label": f"{LABEL}={label}"})
+        for c in found:
+            try:
+                c.remove(force=True)
+            except self._docker.errors.NotFound:
+                pass
+        return len(found)

@@ -1,0 +1,299 @@
+"""Fit latency distributions to probe records and write a substrate profile.
+
+Per phase: candidate distributions fitted by maximum likelihood with scipy.stats, selected by AIC
+(or BIC), with the KS statistic and the relative error at p50/p90/p99 reported and the empirical
+quantiles kept beside the fit. How each phase's median and failure rate change with the
+concurrency level gives the profile's contention slopes and failure probabilities.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy import stats
+
+from ..distributions import (
+    Component,
+    Exponential,
+    Gamma,
+    Lognormal,
+    LogLogistic,
+    Mixture,
+    Weibull,
+    dump_dist,
+)
+from ..errors import InputError
+from ..scenario import Substrate
+
+MIN_SAMPLES = 10
+PHASE_FIELD = {"create": "cold_start", "exec": "exec_overhead", "teardown": "teardown"}
+QS = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+
+def _lognormal_mixture(x: np.ndarray, iters: int = 300):
+    """Two-component Gaussian mixture on log x by EM; returns (weights, mus, sigmas, loglik)."""
+    y = np.log(x)
+    lo, hi = y <= np.median(y), y > np.median(y)
+    if hi.sum() < 2:
+        hi = ~lo
+    w = np.array([lo.mean(), 1 - lo.mean()])
+    mu = np.array([y[lo].mean(), y[hi].mean() if hi.any() else y.mean() + 0.1])
+    sd = np.maximum([y[lo].std(), y[hi].std() if hi.any() else 0.1], 1e-3)
+    for _ in range(iters):
+        dens = w * stats.norm.pdf(y[:, None], mu, sd)
+        tot = np.maximum(dens.sum(axis=1, keepdims=True), 1e-300)
+        r = dens / tot
+        nk = np.maximum(r.sum(axis=0), 1e-9)
+        w, mu = nk / len(y), (r * y[:, None]).sum(axis=0) / nk
+        sd = np.maximum(np.sqrt((r * (y[:, None] - mu) ** 2).sum(axis=0) / nk), 1e-3)
+    dens = (w * stats.norm.pdf(y[:, None], mu, sd)).sum(axis=1)
+    loglik = float(np.sum(np.log(np.maximum(dens, 1e-300)) - y))  # Jacobian of x = e^y
+    return w, mu, sd, loglik
+
+
+def _candidates(x: np.ndarray):
+    """Yield (name, our Dist, loglik, number of parameters)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s, _, scale = stats.lognorm.fit(x, floc=0)
+        yield (
+            "lognormal",
+            Lognormal(mu=math.log(scale), sigma=s),
+            stats.lognorm.logpdf(x, s, 0, scale).sum(),
+            2,
+        )
+        a, _, scale = stats.gamma.fit(x, floc=0)
+        yield "gamma", Gamma(shape=a, scale=scale), stats.gamma.logpdf(x, a, 0, scale).sum(), 2
+        c, _, scale = stats.weibull_min.fit(x, floc=0)
+        yield "weibull", Weibull(shape=c, scale=scale), stats.weibull_min.logpdf(x, c, 0, scale).sum(), 2
+        c, _, scale = stats.fisk.fit(x, floc=0)
+        if c > 1:  # finite mean only
+            yield "loglogistic", LogLogistic(c=c, scale=scale), stats.fisk.logpdf(x, c, 0, scale).sum(), 2
+        loc = float(x.min()) * (1 - 1e-9)
+        mean = float(x.mean() - loc)
+        if mean > 0:
+            ll = stats.expon.logpdf(x, loc, mean).sum()
+            yield "shifted_exponential", Exponential(mean=mean, loc=loc), ll, 2
+        if len(x) >= 2 * MIN_SAMPLES:
+            w, mu, sd, ll = _lognormal_mixture(x)
+            if np.all(w > 0.02):
+                mix = Mixture(
+                    components=[
+                        Component(weight=float(wk), dist=Lognormal(mu=float(m), sigma=float(s)))
+                        for wk, m, s in zip(w, mu, sd)
+                    ]
+                )
+                yield "lognormal_mixture", mix, ll, 5
+
+
+def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
+    """Fit every candidate to ``x``; return the selected Dist and the diagnostics."""
+    x = np.asarray(x, dtype=float)
+    n = len(x)
+    cands = {}
+    for name, dist, ll, k in _candidates(x):
+        if not np.isfinite(ll):
+            continue
+        ks = stats.kstest(x, dist.cdf)
+        cands[name] = {
+            "dist": dist,
+            "loglik": float(ll),
+            "aic": float(2 * k - 2 * ll),
+            "bic": float(k * math.log(n) - 2 * ll),
+            "ks": float(ks.statistic),
+            "ks_pvalue": float(ks.pvalue),
+        }
+    best = min(cands, key=lambda c: cands[c][criterion])
+    dist = cands[best]["dist"]
+    emp = {k: float(np.quantile(x, q)) for k, q in QS.items()}
+    rel = {k: float(dist.ppf(q) / emp[k] - 1) for k, q in QS.items()}
+    return {
+        "selected": best,
+        "dist": dist,
+        "n": n,
+        "empirical_quantiles": emp,
+        "quantile_rel_error": rel,
+        "candidates": {
+            c: {m: round(v, 6) for m, v in d.items() if m != "dist"} | {"params": dump_dist(d["dist"])}
+            for c, d in cands.items()
+        },
+    }
+
+
+def _check(records: list[dict]) -> dict[str, dict]:
+    """Group by phase; refuse NaN/negative latencies, too few samples and failure-only phases."""
+    by_phase: dict[str, list[dict]] = {}
+    for r in records:
+        by_phase.setdefault(r["phase"], []).append(r)
+    for phase, rs in by_phase.items():
+        lat = np.array([r["latency"] if r["latency"] is not None else np.nan for r in rs], dtype=float)
+        bad = ~np.isfinite(lat) | (lat < 0)
+        if bad.any():
+            first = rs[int(np.flatnonzero(bad)[0])]
+            raise InputError(
+                f"{first['_file']}: phase '{phase}' has {int(bad.sum())} NaN or negative latencies "
+                f"(first at line {first['_line']}); expected seconds >= 0."
+            )
+    for phase in PHASE_FIELD:
+        rs = by_phase.get(phase, [])
+        ok = sum(r["ok"] for r in rs)
+        if rs and ok == 0:
+            raise InputError(
+                f"phase '{phase}': all {len(rs)} records are failures; nothing to fit. Check the "
+                "backend and image, then probe again."
+            )
+        if ok < MIN_SAMPLES:
+            raise InputError(
+                f"phase '{phase}': {ok} successful samples, at least {MIN_SAMPLES} are needed for "
+                "a fit; probe more sandboxes or commands."
+            )
+    return by_phase
+
+
+def _slope(levels: list[int], medians: list[float]) -> float:
+    """Least-squares slope of median(c)/median(c_min) - 1 against c - c_min, through the origin."""
+    c0, m0 = levels[0], medians[0]
+    dx = np.array(levels[1:], dtype=float) - c0
+    dy = np.array(medians[1:]) / m0 - 1
+    if dx.size == 0 or not np.any(dx):
+        return 0.0
+    return max(0.0, float((dx * dy).sum() / (dx * dx).sum()))
+
+
+def calibrate(records: list[dict], name: str, criterion: str = "aic") -> tuple[dict, dict]:
+    """Records -> (profile mapping, per-phase fits with their samples, for plots)."""
+    by_phase = _check(records)
+    substrate: dict = {"failures": {}, "contention": {}}
+    fits_out, plots = {}, {}
+    for phase, rs in by_phase.items():
+        levels = sorted({r["concurrency"] for r in rs})
+        base = np.array([r["latency"] for r in rs if r["ok"] and r["concurrency"] == levels[0]])
+        if len(base) < MIN_SAMPLES:
+            if phase in PHASE_FIELD:
+                raise InputError(
+                    f"phase '{phase}': {len(base)} successful samples at concurrency {levels[0]}, "
+                    f"at least {MIN_SAMPLES} are needed for a fit."
+                )
+            warnings.warn(f"phase '{phase}': only {len(base)} samples; not fitted", stacklevel=2)
+            continue
+        fit = fit_phase(base, criterion)
+        per_level = {}
+        for c in levels:
+            lat = np.array([r["latency"] for r in rs if r["ok"] and r["concurrency"] == c])
+            n_all = sum(r["concurrency"] == c for r in rs)
+            per_level[int(c)] = {
+                "n": int(n_all),
+                "failures": int(n_all - len(lat)),
+                "median": float(np.median(lat)) if len(lat) else None,
+                "p99": float(np.quantile(lat, 0.99)) if len(lat) else None,
+            }
+        ok_levels = [c for c in levels if per_level[c]["median"]]
+        slope = _slope(ok_levels, [per_level[c]["median"] for c in ok_levels])
+        fits_out[phase] = {k: v for k, v in fit.items() if k != "dist"} | {
+            "by_concurrency": per_level,
+            "contention_slope": slope,
+        }
+        plots[phase] = (base, fit["dist"], fit["selected"])
+        if phase in PHASE_FIELD:
+            substrate[PHASE_FIELD[phase]] = dump_dist(fit["dist"])
+            total = sum(p["n"] for p in per_level.values())
+            fails = sum(p["failures"] for p in per_level.values())
+            substrate["failures"][phase] = fails / total if total else 0.0
+            substrate["contention"][phase] = slope
+    first = records[0]
+    profile = {
+        "version": 1,
+        "name": name,
+        "provenance": {
+            "method": f"probe fit, selected by {criterion.upper()}",
+            "backend": first["backend"],
+            "backend_version": first["backend_version"],
+            "engine_version": first["engine_version"],
+            "host": first["host"],
+            "image": first["image"],
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
+            "probe_files": sorted({Path(r["_file"]).name for r in records}),
+            "runs": sorted({r["run_id"] for r in records}),
+            "samples": {p: len(rs) for p, rs in by_phase.items()},
+        },
+        "substrate": substrate,
+        "fits": fits_out,
+    }
+    Substrate.model_validate({"name": name, **substrate})
+    return profile, plots
+
+
+def from_quantiles(spec: dict, path: Path) -> dict:
+    """A profile from published percentiles: ``{quantiles: {p: v}}`` become empirical curves."""
+    if not isinstance(spec, dict) or "name" not in spec or "substrate" not in spec or "source" not in spec:
+        raise InputError(f"{path}: expected fields 'name', 'source' and 'substrate'.")
+
+    def conv(v):
+        if isinstance(v, dict) and set(v) == {"quantiles"}:
+            return {"kind": "empirical", "quantiles": v["quantiles"]}
+        if isinstance(v, dict):
+            return {k: conv(x) for k, x in v.items()}
+        return v
+
+    substrate = conv(spec["substrate"])
+    from pydantic import ValidationError
+
+    from ..errors import explain
+
+    try:
+        Substrate.model_validate({"name": spec["name"], **substrate})
+    except ValidationError as exc:
+        raise explain(exc, path) from None
+    return {
+        "version": 1,
+        "name": spec["name"],
+        "provenance": {
+            "method": "from published quantiles (no raw probes)",
+            "source": spec["source"],
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
+            **({"notes": spec["notes"]} if "notes" in spec else {}),
+        },
+        "substrate": substrate,
+    }
+
+
+def write_profile(profile: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(profile, sort_keys=False, width=100))
+
+
+def plot_fits(plots: dict, path: Path) -> Path:
+    """Empirical vs fitted CDF and a QQ plot, one row per phase."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(plots), 2, figsize=(10, 3.2 * len(plots)), squeeze=False)
+    for row, (phase, (x, dist, name)) in enumerate(plots.items()):
+        xs = np.sort(x)
+        ecdf = np.arange(1, len(xs) + 1) / len(xs)
+        ax = axes[row][0]
+        ax.step(xs, ecdf, where="post", label="probes")
+        grid = np.linspace(xs[0] * 0.9, xs[-1] * 1.1, 400)
+        ax.plot(grid, dist.cdf(grid), label=f"fit: {name}")
+        ax.set_title(f"{phase}: CDF (n={len(xs)})")
+        ax.set_xlabel("latency (s)")
+        ax.legend()
+        ax = axes[row][1]
+        theo = np.array([dist.ppf(q) for q in (np.arange(1, len(xs) + 1) - 0.5) / len(xs)])
+        ax.plot(theo, xs, ".", ms=3)
+        lim = [min(theo.min(), xs.min()), max(theo.max(), xs.max())]
+        ax.plot(lim, lim, "k--", lw=0.8)
+        ax.set_title(f"{phase}: QQ")
+        ax.set_xlabel("fitted quantile (s)")
+        ax.set_ylabel("observed (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,216 @@
+"""Time every phase of real sandboxes' lives and append one JSONL record per timed phase.
+
+Records are flushed as they come, so an interrupted probe keeps all it measured; every sandbox a
+probe creates is removed on success, on error and on Ctrl-C (and a final sweep by the run's label
+catches any that were being created at that moment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .backends import Backend
+
+PHASES = ("create", "exec", "upload", "download", "teardown")
+MODES = ("sequential", "staggered", "burst")
+
+
+@dataclass
+class ProbeRecord:
+    run_id: str
+    backend: str
+    backend_version: str
+    engine_version: str
+    host: str
+    image: str
+    phase: str  # create | exec | upload | download | teardown
+    start: float  # unix time, s
+    latency: float  # s
+    concurrency: int
+    mode: str
+    ok: bool
+    error: str | None  # exception class when not ok
+    sandbox: int
+    command: str | None = None
+
+
+class RecordWriter:
+    """Append-only JSONL, one line per record, flushed immediately; thread-safe."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(path, "a", buffering=1)
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def write(self, rec: ProbeRecord) -> None:
+        line = json.dumps(asdict(rec))
+        with self._lock:
+            self._f.write(line + "\n")
+            self._f.flush()
+            self.count += 1
+
+    def close(self) -> None:
+        self._f.close()
+
+
+@dataclass
+class ProbePlan:
+    sandboxes: int = 10  # lifecycles per concurrency level
+    commands: int = 10  # exec round trips per sandbox
+    levels: tuple[int, ...] = (1,)
+    mode: str = "sequential"
+    gap: float = 0.1  # seconds between starts in staggered mode
+    image: str = "simrollout-busybox:local"
+    command: str = "true"
+    files: bool = True  # time a small upload and download where the backend has them
+
+
+def probe(
+    backend: Backend,
+    plan: ProbePlan,
+    out: Path,
+    on_record: Callable[[ProbeRecord], None] | None = None,
+) -> str:
+    """Run the plan; returns the run id. Records go to ``out`` as they are measured."""
+    run_id = uuid.uuid4().hex[:12]
+    info = backend.info()
+    base = dict(
+        run_id=run_id,
+        backend=backend.name,
+        host=socket.gethostname(),
+        image=plan.image,
+        mode=plan.mode,
+        backend_version=info.get("backend_version", ""),
+        engine_version=info.get("engine_version", ""),
+    )
+    writer = RecordWriter(out)
+    stop = threading.Event()
+    live: dict[int, object] = {}
+    lock = threading.Lock()
+
+    def timed(phase, level, idx, fn, command=None):
+        t0, w0 = time.time(), time.perf_counter()
+        err = None
+        try:
+            result = fn()
+        except Exception as exc:  # recorded, never lost
+            result, err = None, exc
+        rec = ProbeRecord(
+            **base,
+            phase=phase,
+            start=t0,
+            latency=time.perf_counter() - w0,
+            concurrency=level,
+            ok=err is None,
+            error=None if err is None else type(err).__name__,
+            sandbox=idx,
+            command=command,
+        )
+        writer.write(rec)
+        if on_record:
+            on_record(rec)
+        return result, err
+
+    def lifecycle(level: int, idx: int) -> None:
+        if stop.is_set():
+            return
+        box, err = timed("create", level, idx, lambda: backend.create(plan.image, run_id))
+        if err is not None:
+            return
+        with lock:
+            live[id(box)] = box
+        try:
+            for _ in range(plan.commands):
+                if stop.is_set():
+                    break
+                timed("exec", level, idx, lambda: backend.exec(box, plan.command), plan.command)
+            if plan.files and backend.supports_files and not stop.is_set():
+                data = os.urandom(4096)
+                timed("upload", level, idx, lambda: backend.upload(box, "/tmp/simrollout.bin", data))
+                timed("download", level, idx, lambda: backend.download(box, "/tmp/simrollout.bin"))
+        finally:
+            timed("teardown", level, idx, lambda: backend.remove(box))
+            with lock:
+                live.pop(id(box), None)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        for level in plan.levels:
+            with ThreadPoolExecutor(level) as pool:
+                futures = []
+                try:
+                    for idx in range(plan.sandboxes):
+                        if plan.mode == "staggered" and idx:
+                            time.sleep(plan.gap)
+                        elif plan.mode == "burst" and idx and idx % level == 0:
+                            for f in futures[-level:]:  # waves of `level` released together
+                                f.result()
+                        futures.append(pool.submit(lifecycle, level, idx))
+                    for f in futures:
+                        f.result()
+                except BaseException:
+                    stop.set()  # running lifecycles stop between operations and tear down
+                    for f in futures:
+                        f.cancel()
+                    raise
+    finally:
+        stop.set()
+        # workers notice `stop` between operations; those mid-create register, then tear down
+        with lock:
+            leftovers = list(live.values())
+        for box in leftovers:
+            try:
+                backend.remove(box)
+            except Exception:
+                pass
+        try:
+            backend.sweep(run_id)
+        finally:
+            writer.close()
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, previous)
+    return run_id
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def read_records(paths: list[Path]) -> list[dict]:
+    """Read JSONL probe records; a malformed line is an InputError naming file and line."""
+    from ..errors import InputError
+
+    out = []
+    required = {f for f in ProbeRecord.__dataclass_fields__ if f != "command"}
+    for path in paths:
+        if not Path(path).is_file():
+            raise InputError(f"{path}: file not found.")
+        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}: line {n} is not valid JSON ({exc.msg}).") from None
+            missing = required - set(rec)
+            if missing:
+                raise InputError(
+                    f"{path}: line {n}: probe record lacks field(s) {sorted(missing)}; expected the "
+                    "fields written by 'simrollout probe'."
+                )
+            rec["_file"], rec["_line"] = str(path), n
+            out.append(rec)
+    return out
