@@ -122,7 +122,9 @@ def calibrate(
     """Fit latency distributions to probe records and write a substrate profile."""
     import warnings
 
-    from .calibration.fit import calibrate as fit, from_quantiles as build, plot_fits, write_profile
+    from .calibration.fit import calibrate as fit
+    from .calibration.fit import from_quantiles as build
+    from .calibration.fit import plot_fits, write_profile
     from .calibration.probe import read_records
     from .errors import load_yaml
 
@@ -152,6 +154,43 @@ def calibrate(
             f"  quantile error {rel}  contention slope {f['contention_slope']:.3f}"
         )
     typer.echo(f"wrote {out} and {png}")
+
+
+@app.command()
+def validate(
+    profile: Path = typer.Option(..., help="Profile calibrated from a probe of the same engine."),
+    backend: str = typer.Option("docker", help="Backend to run the real mini-rollout on."),
+    trajectories: int = typer.Option(64, help="Trajectories per concurrency level."),
+    steps: int = typer.Option(20, help="Commands per trajectory."),
+    concurrency: str = typer.Option("1,8,32", help="Comma-separated levels."),
+    tool_median: float = typer.Option(0.05, help="Median of the lognormal command duration, s."),
+    tool_p99: float = typer.Option(0.5, help="p99 of the lognormal command duration, s."),
+    image: str = typer.Option("simrollout-busybox:local", help="Image."),
+    seed: int = typer.Option(0, help="Seed of the drawn command durations."),
+    record: Path | None = typer.Option(None, help="Folder to record inputs, measurements and comparison."),
+) -> None:
+    """Run a real mini-rollout, simulate the same, and print the difference per metric."""
+    from rich.table import Table
+
+    from .calibration.backends import get_backend
+    from .calibration.validate import compare, mini_rollout_scenario, real_rollout
+    from .calibration.validate import record as keep
+
+    levels = [int(c) for c in concurrency.split(",")]
+    tool = {"kind": "lognormal", "median": tool_median, "p99": tool_p99}
+    scn = mini_rollout_scenario(profile, trajectories, steps, levels, tool, seed)
+    be = get_backend(backend)
+    real = real_rollout(be, scn, image)
+    table = compare(real, scn)
+    t = Table(title=f"validate: {trajectories} x {steps} steps on {backend}")
+    for col in ("concurrency", "metric", "real", "simulated", "diff %"):
+        t.add_column(col, justify="right")
+    for _, r in table.iterrows():
+        t.add_row(str(r.concurrency), r.metric, f"{r.real:.3f}", f"{r.simulated:.3f}", f"{r.diff_pct:+.1f}")
+    Console().print(t)
+    if record is not None:
+        keep(record, scn, real, table, be)
+        typer.echo(f"recorded in {record}/")
 
 
 def main() -> None:

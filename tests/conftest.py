@@ -36,3 +36,36 @@ def make(**over) -> dict:
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+def _docker_answers() -> str | None:
+    try:
+        import docker
+
+        docker.from_env().ping()
+        return None
+    except Exception as exc:  # no SDK, no engine
+        return f"no Docker engine answers ({exc.__class__.__name__})"
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    """A running Docker engine: skipped with the reason on a user's machine, required in CI."""
+    import os
+
+    reason = _docker_answers()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {reason}; .ci/run must start dockerd")
+        pytest.skip(reason)
+    import docker
+
+    client = docker.from_env()
+    image = "simrollout-busybox:local"
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"image {image} missing; scripts/start-docker.sh builds it")
+        pytest.skip(f"image {image} missing; run scripts/start-docker.sh")
+    return client

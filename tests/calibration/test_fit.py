@@ -1,0 +1,116 @@
+"""Fitting probe records into profiles."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from simrollout.calibration.fit import calibrate, fit_phase, from_quantiles
+from simrollout.calibration.probe import read_records
+from simrollout.errors import InputError
+from simrollout.scenario import load_profile
+
+
+def records(tmp_path, phases, levels=(1,), n=200, seed=0, fail=0.0, name="r.jsonl"):
+    """Synthetic probe records: latency = base draw x (1 + slope (c - 1))."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for c in levels:
+        for phase, (dist, slope) in phases.items():
+            for i in range(n):
+                ok = rng.random() >= fail
+                lat = float(dist(rng)) * (1 + slope * (c - 1))
+                lines.append(dict(run_id="r", backend="synthetic", backend_version="0", engine_version="0",
+                                  host="h", image="i", phase=phase, start=float(i), latency=lat, concurrency=c,
+                                  mode="sequential", ok=ok, error=None if ok else "Boom", sandbox=i))
+    p = tmp_path / name
+    p.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return p
+
+
+LOGN = (lambda r: r.lognormal(np.log(0.15), 0.4), 0.0)
+
+
+def test_lognormal_data_selects_lognormal_with_small_quantile_error():
+    x = np.random.default_rng(1).lognormal(np.log(0.2), 0.5, 2000)
+    f = fit_phase(x)
+    assert f["selected"] in ("lognormal", "lognormal_mixture")
+    assert abs(f["quantile_rel_error"]["p50"]) < 0.03 and abs(f["quantile_rel_error"]["p90"]) < 0.05
+    assert f["candidates"]["lognormal"]["ks_pvalue"] > 0.05
+
+
+def test_bimodal_data_selects_the_mixture():
+    rng = np.random.default_rng(2)
+    x = np.concatenate([rng.lognormal(np.log(0.1), 0.1, 700), rng.lognormal(np.log(2.0), 0.1, 300)])
+    f = fit_phase(x)
+    assert f["selected"] == "lognormal_mixture"
+    assert abs(f["quantile_rel_error"]["p90"]) < 0.05
+
+
+def test_contention_slope_and_failure_rate_are_recovered(tmp_path):
+    p = records(tmp_path, {"create": (LOGN[0], 0.05), "exec": LOGN, "teardown": LOGN}, levels=(1, 8, 32),
+                n=400, fail=0.1)
+    prof, _ = calibrate(read_records([p]), "syn")
+    assert prof["substrate"]["contention"]["create"] == pytest.approx(0.05, rel=0.15)
+    assert prof["substrate"]["contention"]["exec"] < 0.01
+    assert prof["substrate"]["failures"]["create"] == pytest.approx(0.1, abs=0.02)
+    assert prof["fits"]["create"]["by_concurrency"][32]["median"] > prof["fits"]["create"]["by_concurrency"][1]["median"] * 2
+
+
+def test_bad_probe_data_is_refused_with_phase_and_count(tmp_path):
+    ok = {"create": LOGN, "exec": LOGN, "teardown": LOGN}
+    few = records(tmp_path, ok, n=5, name="few.jsonl")
+    with pytest.raises(InputError, match=r"phase 'create': 5 successful samples, at least 10"):
+        calibrate(read_records([few]), "x")
+    nan = records(tmp_path, {"create": (lambda r: float("nan"), 0), "exec": LOGN, "teardown": LOGN}, name="nan.jsonl")
+    with pytest.raises(InputError, match=r"phase 'create' has 200 NaN or negative"):
+        calibrate(read_records([nan]), "x")
+    neg = records(tmp_path, {"create": LOGN, "exec": (lambda r: -1.0, 0), "teardown": LOGN}, name="neg.jsonl")
+    with pytest.raises(InputError, match=r"phase 'exec' has 200 NaN or negative"):
+        calibrate(read_records([neg]), "x")
+    allfail = records(tmp_path, ok, fail=1.0, name="fail.jsonl")
+    with pytest.raises(InputError, match=r"all 600 records are failures|all 200 records are failures"):
+        calibrate(read_records([allfail]), "x")
+
+
+def test_calibrate_cli_writes_a_profile_a_scenario_can_use(tmp_path):
+    p = records(tmp_path, {"create": LOGN, "exec": LOGN, "teardown": LOGN, "upload": LOGN})
+    out = tmp_path / "prof" / "syn.yaml"
+    r = subprocess.run([sys.executable, "-m", "simrollout.cli", "calibrate", str(p), "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    prof = load_profile(out)
+    assert prof.provenance["samples"]["create"] == 200 and prof.provenance["backend"] == "synthetic"
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    assert "upload" in yaml.safe_load(out.read_text())["fits"]
+
+
+def test_calibrate_cli_bad_data_exit_2(tmp_path):
+    p = records(tmp_path, {"create": LOGN, "exec": LOGN, "teardown": LOGN}, n=3)
+    r = subprocess.run([sys.executable, "-m", "simrollout.cli", "calibrate", str(p), "-o", str(tmp_path / "x.yaml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "at least 10" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_from_quantiles_marks_its_provenance(tmp_path):
+    spec = {"name": "hosted", "source": "vendor benchmark",
+            "substrate": {"cold_start": {"quantiles": {0.5: 0.11, 0.95: 0.28, 0.99: 0.29}},
+                          "exec_overhead": 0.1, "teardown": 0.1}}
+    prof = from_quantiles(spec, tmp_path / "spec.yaml")
+    assert prof["provenance"]["method"].startswith("from published quantiles")
+    assert prof["substrate"]["cold_start"]["kind"] == "empirical"
+    bad = {**spec, "substrate": {**spec["substrate"], "cold_start": {"quantiles": {0.5: 1.0, 0.99: 0.5}}}}
+    with pytest.raises(InputError, match="out of order"):
+        from_quantiles(bad, tmp_path / "spec.yaml")
+
+
+def test_shipped_profiles_load_and_cite_their_source(root):
+    profiles = sorted((root / "calibration" / "profiles").glob("*.yaml"))
+    assert len(profiles) >= 5
+    for p in profiles:
+        prof = load_profile(p)
+        prov = prof.provenance
+        assert prov.get("source") or prov.get("probe_files"), p

@@ -1,0 +1,97 @@
+"""Probes against real backends: the local process and the real Docker engine."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from simrollout.calibration.backends import BackendUnavailable, get_backend
+from simrollout.calibration.probe import ProbePlan, probe, read_records
+from simrollout.errors import InputError
+
+
+def test_process_probe_times_every_phase(tmp_path):
+    out = tmp_path / "p.jsonl"
+    run_id = probe(get_backend("process"), ProbePlan(sandboxes=3, commands=4, levels=(1, 2)), out)
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    phases = [r["phase"] for r in recs]
+    assert phases.count("create") == 6 and phases.count("exec") == 24 and phases.count("teardown") == 6
+    assert phases.count("upload") == 6 and phases.count("download") == 6
+    assert all(r["run_id"] == run_id and r["ok"] and r["latency"] > 0 for r in recs)
+    assert {r["concurrency"] for r in recs} == {1, 2}
+
+
+def test_failed_commands_are_recorded_not_lost(tmp_path):
+    out = tmp_path / "p.jsonl"
+    probe(get_backend("process"), ProbePlan(sandboxes=2, commands=3, command="exit 3"), out)
+    execs = [r for r in read_records([out]) if r["phase"] == "exec"]
+    assert len(execs) == 6 and not any(r["ok"] for r in execs)
+    assert {r["error"] for r in execs} == {"CommandFailed"}
+
+
+@pytest.mark.parametrize("name,needs", [("kubernetes", "kubernetes"), ("daytona", "daytona"),
+                                        ("e2b", "e2b"), ("modal", "modal"), ("ec2", "boto3")])
+def test_unavailable_backends_say_what_is_missing(name, needs, monkeypatch):
+    for var in ("KUBECONFIG", "DAYTONA_API_KEY", "E2B_API_KEY", "MODAL_TOKEN_ID", "AWS_ACCESS_KEY_ID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent")
+    with pytest.raises(BackendUnavailable) as exc:
+        get_backend(name)
+    msg = str(exc.value)
+    assert name in msg and (f"simrollout[" in msg or "set " in msg or "KUBECONFIG" in msg)
+
+
+def test_unknown_backend():
+    with pytest.raises(InputError, match="expected one of"):
+        get_backend("nope")
+
+
+@pytest.mark.docker
+def test_docker_probe_against_the_real_engine(docker_engine, tmp_path):
+    out = tmp_path / "d.jsonl"
+    run_id = probe(get_backend("docker"), ProbePlan(sandboxes=4, commands=3, levels=(1, 2)), out)
+    recs = read_records([out])
+    assert sum(r["phase"] == "create" and r["ok"] for r in recs) == 8
+    assert all(r["engine_version"] for r in recs)
+    dl = [r for r in recs if r["phase"] == "download"]
+    assert len(dl) == 8 and all(r["ok"] for r in dl)
+    left = docker_engine.containers.list(all=True, filters={"label": f"simrollout.probe={run_id}"})
+    assert left == []
+
+
+@pytest.mark.docker
+def test_interrupted_docker_probe_keeps_records_and_leaves_no_container(docker_engine, tmp_path):
+    out = tmp_path / "i.jsonl"
+    before = {c.id for c in docker_engine.containers.list(all=True)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simrollout.cli", "probe", "docker", "-o", str(out),
+         "--sandboxes", "200", "--commands", "50", "--concurrency", "4"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if out.exists() and out.read_text().count('"phase": "exec"') >= 8:
+            break
+        time.sleep(0.1)
+    # containers exist mid-probe
+    assert {c.id for c in docker_engine.containers.list(all=True)} - before
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    recs = read_records([out])
+    assert len(recs) >= 8 and any(r["phase"] == "teardown" for r in recs)
+    after = {c.id for c in docker_engine.containers.list(all=True)}
+    assert after - before == set()
+
+
+def test_malformed_probe_file_names_file_and_line(tmp_path):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"phase": "exec"}\n')
+    with pytest.raises(InputError, match=r"bad.jsonl: line 1: probe record lacks field"):
+        read_records([p])
+    os.remove(p)
