@@ -4,3 +4,13 @@ Pipeline: probe -> calibrate -> run -> sweep/plan -> validate (one CLI verb each
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["load", "override", "run", "sweep", "plan"]
+
+
+def __getattr__(name):
+    if name in __all__:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(name)

@@ -31,6 +31,8 @@ def run(
     seed: int | None = typer.Option(None, help="Override the scenario's seed."),
     fidelity: str | None = typer.Option(None, help="Override fidelity: step, trajectory or auto."),
     no_records: bool = typer.Option(False, "--no-records", help="Skip per-trajectory Parquet and plots."),
+    executor: str = typer.Option("local", help="local (processes), serial, or ray."),
+    address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -59,10 +61,144 @@ def run(
             jobs=jobs,
             keep_records=not no_records,
             progress=lambda done, total: bar.update(task, completed=done / total),
+            executor=executor,
+            address=address,
         )
     print_table(result)
     paths = write_results(result, out)
     typer.echo(f"wrote {len(paths)} files to {out}/")
+
+
+def _progress_bar():
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("[bold]simulating"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+
+
+@app.command()
+def sweep(
+    scenario: Path = typer.Argument(..., help="Scenario YAML (version: 1)."),
+    set_: list[str] = typer.Option(
+        ..., "--set", help="PATH=V1,V2,... (repeatable), e.g. cluster.concurrency=64,256."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Results folder (default: results/<name>-sweep)."
+    ),
+    executor: str = typer.Option("local", help="local (processes), serial, or ray."),
+    address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+) -> None:
+    """Run a grid over any scenario fields; one row per cell, plots against concurrency."""
+    from .report import plot_sweep
+    from .scenario import load_scenario
+    from .sweep import parse_set
+    from .sweep import sweep as run_sweep
+
+    scn = load_scenario(scenario)
+    sets = dict(parse_set(s) for s in set_)
+    out = out or Path("results") / f"{scn.name}-sweep"
+    with _progress_bar() as bar:
+        task = bar.add_task("sweep", total=1.0)
+        df = run_sweep(
+            scn,
+            sets,
+            executor=executor,
+            jobs=jobs,
+            address=address,
+            progress=lambda done, total: bar.update(task, completed=done / total),
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "sweep.csv", index=False)
+    df.to_parquet(out / "sweep.parquet", index=False)
+    paths = plot_sweep(df, out)
+    cols = [
+        *sets,
+        "substrate",
+        "concurrency",
+        "trajectories_per_hour",
+        "makespan_hours",
+        "duration_p99",
+        "worker_hours",
+        "cost_usd",
+    ]
+    cols = list(dict.fromkeys(c for c in cols if c in df.columns))
+    typer.echo(df[cols].to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    typer.echo(f"wrote sweep.csv, sweep.parquet and {len(paths)} plots to {out}/")
+
+
+@app.command()
+def plan(
+    scenario: Path = typer.Argument(..., help="Scenario YAML (version: 1)."),
+    deadline: str | None = typer.Option(None, help="Finish within, e.g. 24h, 90m, 2d."),
+    throughput: float | None = typer.Option(None, help="At least this many trajectories per hour."),
+    budget: float | None = typer.Option(None, help="At most this many US dollars (then: fastest within)."),
+    concurrency: str | None = typer.Option(None, help="Levels to search (default 64..16384, powers of 2)."),
+    warm_pool: str | None = typer.Option(None, "--warm-pool", help="Warm-pool sizes to search."),
+    hosts: str | None = typer.Option(None, help="Host counts to search (self-managed fleets)."),
+    sample: int = typer.Option(
+        20_000, help="Trajectories simulated per configuration (projected to the full run)."
+    ),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the evaluated table (CSV) here."),
+    executor: str = typer.Option("local", help="local (processes), serial, or ray."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+) -> None:
+    """Find the cheapest substrate, concurrency, warm pool and host count that meets a target."""
+    from .plan import Target, parse_duration
+    from .plan import plan as run_plan
+    from .scenario import load_scenario
+
+    def ints(name, text):
+        if text is None:
+            return None
+        try:
+            vals = [int(v) for v in text.split(",")]
+        except ValueError:
+            raise InputError(f"--{name}: expected integers like 64,256, got '{text}'.") from None
+        if any(v < 0 for v in vals):
+            raise InputError(f"--{name}: expected non-negative integers, got '{text}'.")
+        return vals
+
+    scn = load_scenario(scenario)
+    target = Target(parse_duration(deadline) if deadline else None, throughput, budget)
+    with _progress_bar() as bar:
+        task = bar.add_task("plan", total=1.0)
+        result = run_plan(
+            scn,
+            target,
+            ints("concurrency", concurrency),
+            ints("warm-pool", warm_pool),
+            ints("hosts", hosts),
+            sample=sample,
+            executor=executor,
+            jobs=jobs,
+            progress=lambda done, total: bar.update(task, completed=done / total),
+        )
+    cols = [
+        "substrate",
+        "concurrency",
+        "warm_pool",
+        "hosts",
+        "makespan_s",
+        "cost_usd",
+        "worker_hours",
+        "binding",
+    ]
+    table = result.table[cols].assign(makespan_h=lambda d: d.makespan_s / 3600).drop(columns="makespan_s")
+    typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    typer.echo(result.describe())
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        result.table.to_csv(out, index=False)
+    if result.best is None:
+        raise typer.Exit(1)
 
 
 @app.command()

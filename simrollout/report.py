@@ -165,3 +165,48 @@ def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_sweep(df: pd.DataFrame, out: Path) -> list[Path]:
+    """Throughput (knee marked), p99 duration and makespan against concurrency per substrate;
+    worker-hours and cost per substrate."""
+    from .sweep import knee
+
+    groups = list(df.groupby(["substrate", *grid_columns(df)], sort=False))
+    paths = []
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for key, g in groups:
+        g = g.sort_values("concurrency")
+        line = axes[0].plot(g.concurrency, g.trajectories_per_hour, marker="o", label=_label(key))[0]
+        if len(g) > 1:
+            k = knee(g.concurrency, g.trajectories_per_hour)
+            y = float(g[g.concurrency == k].trajectories_per_hour.iloc[0])
+            axes[0].plot([k], [y], marker="*", ms=16, color=line.get_color())
+        axes[1].plot(g.concurrency, g.duration_p99, marker="o", label=_label(key))
+        axes[2].plot(g.concurrency, g.makespan_hours, marker="o", label=_label(key))
+    for ax, yl in zip(axes, ("throughput (trajectories/h); * = knee", "p99 duration (s)", "makespan (h)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel(yl)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    paths.append(_save(fig, out / "sweep_concurrency.png"))
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    best = df.loc[df.groupby("substrate", sort=False).cost_usd.idxmin()]
+    for ax, col, yl in ((axes[0], "worker_hours", "worker-hours"), (axes[1], "cost_usd", "cost (USD)")):
+        ax.bar(best.substrate, best[col], color="tab:blue")
+        ax.set_ylabel(yl)
+        ax.set_title(f"{yl} per substrate (cheapest cell of each)")
+        ax.tick_params(axis="x", rotation=20)
+    paths.append(_save(fig, out / "sweep_substrates.png"))
+    return paths
+
+
+def _label(key) -> str:
+    return " ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
+
+
+def grid_columns(df: pd.DataFrame) -> list[str]:
+    """Columns a sweep added (dotted paths other than the concurrency level)."""
+    return [c for c in df.columns if "." in c and c != "cluster.concurrency"]

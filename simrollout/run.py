@@ -1,21 +1,18 @@
-"""Run a scenario: every (substrate, concurrency, replication) cell, in parallel processes.
+"""Run scenarios: every (substrate, concurrency, replication) cell, on an executor.
 
 >>> from simrollout.scenario import load_scenario          # doctest: +SKIP
 >>> result = run_scenario(load_scenario("scenarios/small.yaml"))  # doctest: +SKIP
 >>> result.summary[["substrate", "worker_hours"]]           # doctest: +SKIP
 
-Cells are independent and seeded by name, so a parallel run gives exactly the serial numbers.
+Cells are independent and seeded by name, so serial, local-process and Ray runs give exactly the
+same numbers.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-import queue
+import json
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import pandas as pd
 
@@ -23,7 +20,7 @@ from .metrics import aggregate, summarize
 from .scenario import Scenario
 from .sim.model import Cell
 from .sim.records import Records
-from .workload import Work, draw_substrate, draw_work
+from .workload import SubstrateDraws, Work, draw_substrate, draw_work
 
 
 @dataclass(frozen=True)
@@ -42,36 +39,58 @@ class RunResult:
     records: dict[CellKey, Records] = field(default_factory=dict)
 
 
-# State shared with forked workers (set before the pool starts; read-only afterwards).
-_STATE: dict = {}
+# Workloads and substrate draws, cached per process: a cell reuses what an earlier cell of the
+# same workload drew (common random numbers; forked workers inherit what the parent drew).
+_WORK: dict[tuple, Work] = {}
+_DRAWS: dict[tuple, SubstrateDraws] = {}
 
 
-@lru_cache(maxsize=4)
-def _draws(sub_index: int, rep: int):
-    scn, fid = _STATE["scenario"], _STATE["fidelity"]
-    return draw_substrate(scn, scn.substrates[sub_index], rep, _work(rep), detail=fid == "step")
+def _work_key(scn: Scenario, rep: int, detail: bool) -> tuple:
+    return (
+        json.dumps(scn.workload.model_dump(mode="json", by_alias=True), sort_keys=True),
+        scn.seed,
+        rep,
+        detail,
+    )
 
 
-def _work(rep: int) -> Work:
-    works = _STATE["works"]
-    if rep not in works:
-        works[rep] = draw_work(_STATE["scenario"], rep, detail=_STATE["fidelity"] == "step")
-    return works[rep]
+def work_for(scn: Scenario, rep: int, detail: bool) -> Work:
+    key = _work_key(scn, rep, detail)
+    if key not in _WORK:
+        if len(_WORK) >= 4:
+            _WORK.pop(next(iter(_WORK)))
+        _WORK[key] = draw_work(scn, rep, detail)
+    return _WORK[key]
 
 
-def _run_cell(key: CellKey, keep: bool) -> tuple[CellKey, dict, Records | None]:
-    scn, fid = _STATE["scenario"], _STATE["fidelity"]
+def draws_for(scn: Scenario, sub_index: int, rep: int, detail: bool) -> SubstrateDraws:
+    sub = scn.substrates[sub_index]
+    key = _work_key(scn, rep, detail) + (
+        json.dumps(sub.model_dump(mode="json", by_alias=True), sort_keys=True),
+    )
+    if key not in _DRAWS:
+        if len(_DRAWS) >= 2:
+            _DRAWS.pop(next(iter(_DRAWS)))
+        _DRAWS[key] = draw_substrate(scn, sub, rep, work_for(scn, rep, detail), detail)
+    return _DRAWS[key]
+
+
+def run_cell(
+    scn: Scenario, key: CellKey, keep: bool = True, progress: Callable[[int], None] | None = None
+) -> tuple[dict, Records | None]:
+    """Simulate one cell; returns its summary and (if ``keep``) its per-trajectory records."""
+    fid = scn.resolved_fidelity()
+    detail = fid == "step"
     sub = scn.substrates[key.substrate]
-    q = _STATE.get("progress")
     cell = Cell(
         scn,
         sub,
         key.concurrency,
         key.replication,
-        _work(key.replication),
-        _draws(key.substrate, key.replication),
+        work_for(scn, key.replication, detail),
+        draws_for(scn, key.substrate, key.replication, detail),
         fid,
-        progress=(lambda k: q.put(k)) if q is not None else None,
+        progress=progress,
     )
     rec = cell.run()
     summary = summarize(
@@ -82,9 +101,7 @@ def _run_cell(key: CellKey, keep: bool) -> tuple[CellKey, dict, Records | None]:
         extra_sandbox_seconds=cell.fleet.pool_sandbox_seconds,
         peak_sandboxes=cell.fleet.peak_sandboxes,
     )
-    if q is not None:
-        q.put(cell.work.n % 4096)
-    return key, summary, rec if keep else None
+    return summary, rec if keep else None
 
 
 def cell_keys(scn: Scenario) -> list[CellKey]:
@@ -96,62 +113,30 @@ def cell_keys(scn: Scenario) -> list[CellKey]:
     ]
 
 
+def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]]) -> RunResult:
+    rows = [
+        {
+            "substrate": scn.substrates[k.substrate].name,
+            "concurrency": k.concurrency,
+            "replication": k.replication,
+            **summary,
+        }
+        for k, summary, _ in results
+    ]
+    cells = pd.DataFrame(rows)
+    records = {k: rec for k, _, rec in results if rec is not None}
+    return RunResult(scn, scn.resolved_fidelity(), cells, aggregate(cells), records)
+
+
 def run_scenario(
     scn: Scenario,
     jobs: int | None = None,
     keep_records: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    executor: str = "local",
+    address: str | None = None,
 ) -> RunResult:
-    """Simulate every cell of ``scn``; ``jobs`` processes (default: all cores).
+    """Simulate every cell of ``scn``; see :func:`simrollout.executors.run_many`."""
+    from .executors import run_many
 
-    ``progress(done, total)`` is called with trajectories simulated so far.
-    """
-    fid = scn.resolved_fidelity()
-    keys = cell_keys(scn)
-    total = len(keys) * scn.workload.trajectories
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(keys)))
-    _STATE.clear()
-    _STATE.update(scenario=scn, fidelity=fid, works={})
-    _draws.cache_clear()
-    results = []
-    done = 0
-    if jobs == 1:
-        if progress is not None:
-            _STATE["progress"] = _Inline(lambda k: progress(k, total))
-        results = [_run_cell(k, keep_records) for k in keys]
-    else:
-        ctx = mp.get_context("fork")
-        q = ctx.Queue()
-        _STATE["progress"] = q
-        # draw the shared workload once, before forking, so every cell reuses it
-        for r in range(scn.replications):
-            _work(r)
-        with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            futures = [pool.submit(_run_cell, k, keep_records) for k in keys]
-            while not all(f.done() for f in futures):
-                try:
-                    done += q.get(timeout=0.2)
-                    if progress is not None:
-                        progress(done, total)
-                except queue.Empty:
-                    pass
-            results = [f.result() for f in futures]
-    _STATE.clear()
-    rows = []
-    for key, summary, _ in results:
-        rows.append(
-            {
-                "substrate": scn.substrates[key.substrate].name,
-                "concurrency": key.concurrency,
-                "replication": key.replication,
-                **summary,
-            }
-        )
-    cells = pd.DataFrame(rows)
-    records = {key: rec for key, _, rec in results if rec is not None}
-    return RunResult(scn, fid, cells, aggregate(cells), records)
-
-
-class _Inline:
-    def __init__(self, fn):
-        self.put = fn
+    return run_many([scn], executor, jobs, keep_records, progress, address)[0]

@@ -6,9 +6,11 @@ as one :class:`~simrollout.errors.InputError` naming the file, the field path an
 
 from __future__ import annotations
 
+import bisect
 import copy
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -58,12 +60,42 @@ class Failures(_Model):
     teardown: float = Probability
 
 
-class Contention(_Model):
-    """Latency multiplier 1 + slope x (operations in flight on the host - 1), per phase."""
+Slowdown = NonNegativeFloat | dict[Annotated[float, Field(ge=1)], PositiveFloat]
 
-    create: NonNegativeFloat = 0.0
-    exec: NonNegativeFloat = 0.0
-    teardown: NonNegativeFloat = 0.0
+
+class Contention(_Model):
+    """How a host's operations in flight (``n``, itself included) slow each operation.
+
+    Per phase either a slope ``s`` (latency x (1 + s (n - 1))) or a measured curve
+    ``{n: multiplier}`` (piecewise linear through (1, 1), extended past its last point).
+    """
+
+    create: Slowdown = 0.0
+    exec: Slowdown = 0.0
+    teardown: Slowdown = 0.0
+
+    def factor(self, phase: str):
+        """The multiplier as a function of operations in flight."""
+        return slowdown(getattr(self, phase))
+
+
+def slowdown(spec) -> Callable[[float], float]:
+    if not isinstance(spec, dict):
+        return lambda n, s=float(spec): 1.0 + s * (n - 1.0) if n > 1.0 else 1.0
+    pts = sorted((float(k), float(v)) for k, v in spec.items() if k > 1)
+    xs, ys = [1.0] + [p[0] for p in pts], [1.0] + [p[1] for p in pts]
+    end = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 else 0.0
+
+    def f(n: float) -> float:
+        if n <= 1.0:
+            return 1.0
+        if n >= xs[-1]:
+            return max(ys[-1] + end * (n - xs[-1]), 0.0)
+        k = bisect.bisect_right(xs, n)
+        t = (n - xs[k - 1]) / (xs[k] - xs[k - 1])
+        return ys[k - 1] + t * (ys[k] - ys[k - 1])
+
+    return f
 
 
 class Capacity(_Model):

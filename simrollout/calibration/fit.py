@@ -155,12 +155,25 @@ def _check(records: list[dict]) -> dict[str, dict]:
     return by_phase
 
 
-def _slope(levels: list[int], medians: list[float]) -> float:
-    """Least-squares slope of median(c)/median(c_min) - 1 against c - c_min, through the origin."""
-    c0, m0 = levels[0], medians[0]
-    dx = np.array(levels[1:], dtype=float) - c0
-    dy = np.array(medians[1:]) / m0 - 1
-    if dx.size == 0 or not np.any(dx):
+def in_flight(records: list[dict]) -> np.ndarray:
+    """Operations in flight (any phase, same run and level) at each record's start, itself included."""
+    out = np.zeros(len(records))
+    groups: dict[tuple, list[int]] = {}
+    for k, r in enumerate(records):
+        groups.setdefault((r["run_id"], r["concurrency"]), []).append(k)
+    for idx in groups.values():
+        s = np.array([records[k]["start"] for k in idx])
+        e = s + np.array([records[k]["latency"] for k in idx])
+        started = np.searchsorted(np.sort(s), s, side="right")
+        ended = np.searchsorted(np.sort(e), s, side="right")
+        out[idx] = started - ended
+    return out
+
+
+def _slope(loads: list[float], ratios: list[float]) -> float:
+    """Least-squares slope of multiplier - 1 against operations in flight - 1, through the origin."""
+    dx, dy = np.array(loads) - 1.0, np.array(ratios) - 1.0
+    if dx.size == 0 or not np.any(dx > 0):
         return 0.0
     return max(0.0, float((dx * dy).sum() / (dx * dx).sum()))
 
@@ -168,6 +181,7 @@ def _slope(levels: list[int], medians: list[float]) -> float:
 def calibrate(records: list[dict], name: str, criterion: str = "aic") -> tuple[dict, dict]:
     """Records -> (profile mapping, per-phase fits with their samples, for plots)."""
     by_phase = _check(records)
+    load = dict(zip((id(r) for r in records), in_flight(records)))
     substrate: dict = {"failures": {}, "contention": {}}
     fits_out, plots = {}, {}
     for phase, rs in by_phase.items():
@@ -182,18 +196,23 @@ def calibrate(records: list[dict], name: str, criterion: str = "aic") -> tuple[d
             warnings.warn(f"phase '{phase}': only {len(base)} samples; not fitted", stacklevel=2)
             continue
         fit = fit_phase(base, criterion)
-        per_level = {}
+        per_level, curve = {}, {}
         for c in levels:
-            lat = np.array([r["latency"] for r in rs if r["ok"] and r["concurrency"] == c])
-            n_all = sum(r["concurrency"] == c for r in rs)
+            at = [r for r in rs if r["concurrency"] == c]
+            lat = np.array([r["latency"] for r in at if r["ok"]])
             per_level[int(c)] = {
-                "n": int(n_all),
-                "failures": int(n_all - len(lat)),
+                "n": len(at),
+                "failures": len(at) - len(lat),
+                "in_flight": round(float(np.mean([load[id(r)] for r in at])), 3),
                 "median": float(np.median(lat)) if len(lat) else None,
                 "p99": float(np.quantile(lat, 0.99)) if len(lat) else None,
             }
-        ok_levels = [c for c in levels if per_level[c]["median"]]
-        slope = _slope(ok_levels, [per_level[c]["median"] for c in ok_levels])
+        m0 = per_level[levels[0]]["median"]
+        for c in levels[1:]:
+            lv = per_level[c]
+            if lv["median"] and lv["in_flight"] > max(1.0, per_level[levels[0]]["in_flight"]):
+                curve[lv["in_flight"]] = round(lv["median"] / m0, 4)
+        slope = _slope(list(curve), list(curve.values()))
         fits_out[phase] = {k: v for k, v in fit.items() if k != "dist"} | {
             "by_concurrency": per_level,
             "contention_slope": slope,
@@ -204,7 +223,7 @@ def calibrate(records: list[dict], name: str, criterion: str = "aic") -> tuple[d
             total = sum(p["n"] for p in per_level.values())
             fails = sum(p["failures"] for p in per_level.values())
             substrate["failures"][phase] = fails / total if total else 0.0
-            substrate["contention"][phase] = slope
+            substrate["contention"][phase] = curve or 0.0
     first = records[0]
     profile = {
         "version": 1,

@@ -12,6 +12,7 @@ import json
 import platform
 import socket
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,8 +35,9 @@ METRICS = {
 }
 
 
-def mini_rollout_scenario(profile: Path, trajectories: int, steps: int, levels: list[int],
-                          tool: dict, seed: int) -> Scenario:
+def mini_rollout_scenario(
+    profile: Path, trajectories: int, steps: int, levels: list[int], tool: dict, seed: int
+) -> Scenario:
     return scenario_from_dict(
         {
             "version": 1,
@@ -62,21 +64,30 @@ def real_rollout(backend: Backend, scn: Scenario, image: str) -> pd.DataFrame:
     rows = []
     for level in scn.cluster.levels:
         t_origin = time.perf_counter()
+        tag = f"validate-{uuid.uuid4().hex[:8]}-{level}"
 
-        def one(i: int, level=level, t_origin=t_origin):
+        def one(i: int, tag=tag, level=level, t_origin=t_origin):
             start = time.perf_counter() - t_origin
-            box = backend.create(image, f"validate-{level}")
+            box = backend.create(image, tag)
             cold = time.perf_counter() - t_origin - start
             try:
                 for x in work.call_tool[work.call_off[i] : work.call_off[i + 1]]:
                     backend.exec(box, f"sleep {x:.4f}")
             finally:
                 backend.remove(box)
-            return {"concurrency": level, "trajectory": i, "start": start, "cold": cold,
-                    "end": time.perf_counter() - t_origin}
+            return {
+                "concurrency": level,
+                "trajectory": i,
+                "start": start,
+                "cold": cold,
+                "end": time.perf_counter() - t_origin,
+            }
 
-        with ThreadPoolExecutor(level) as pool:
-            rows += list(pool.map(one, range(work.n)))
+        try:
+            with ThreadPoolExecutor(level) as pool:
+                rows += list(pool.map(one, range(work.n)))
+        finally:
+            backend.sweep(tag)  # a create cut short by an error is removed too
     return pd.DataFrame(rows)
 
 
@@ -88,8 +99,15 @@ def compare(real: pd.DataFrame, scn: Scenario) -> pd.DataFrame:
         r = real[real.concurrency == key.concurrency]
         for m, fn in METRICS.items():
             a, b = float(fn(r)), float(fn(sim))
-            out.append({"concurrency": key.concurrency, "metric": m, "real": a, "simulated": b,
-                        "diff_pct": 100 * (b - a) / a if a else float("nan")})
+            out.append(
+                {
+                    "concurrency": key.concurrency,
+                    "metric": m,
+                    "real": a,
+                    "simulated": b,
+                    "diff_pct": 100 * (b - a) / a if a else float("nan"),
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -103,6 +121,11 @@ def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame,
     table.to_csv(folder / "comparison.csv", index=False)
     import os
 
-    machine = {"host": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version(),
-               "platform": platform.platform(), **backend.info()}
+    machine = {
+        "host": socket.gethostname(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        **backend.info(),
+    }
     (folder / "machine.json").write_text(json.dumps(machine, indent=2))

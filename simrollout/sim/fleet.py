@@ -24,6 +24,7 @@ class Fleet:
         self.bodies = np.zeros(cap.hosts, dtype=np.int64)  # sandboxes running steps per host
         self.exec_share = 0.0  # expected share of a body spent in exec overhead (trajectory fidelity)
         self._next_token = 0.0
+        self.factor = {ph: sub.contention.factor(ph) for ph in ("create", "exec", "teardown")}
         self.pool: simpy.Store | None = None
         self.pool_idle_seconds = 0.0
         self.pool_sandbox_seconds = 0.0  # lifetime of pool sandboxes before they were claimed
@@ -34,10 +35,10 @@ class Fleet:
         """Operations in flight on ``host``, counting expected execs of running bodies."""
         return self.ops[host] + self.exec_share * self.bodies[host]
 
-    def op(self, host: int, base: float, slope: float):
-        """Run one lifecycle operation on ``host``; returns its latency."""
+    def op(self, host: int, base: float, phase: str):
+        """Run one lifecycle operation of ``phase`` on ``host``; returns its latency."""
         self.ops[host] += 1
-        latency = base * (1.0 + slope * max(self.load(host) - 1.0, 0.0))
+        latency = base * self.factor[phase](self.load(host))
         yield self.env.timeout(latency)
         self.ops[host] -= 1
         return latency
@@ -66,7 +67,7 @@ class Fleet:
         self.sandboxes[host] += 1
         self.peak_sandboxes = max(self.peak_sandboxes, int(self.sandboxes.sum()))
         waited = self.env.now - t0
-        latency = yield from self.op(host, base, self.sub.contention.create)
+        latency = yield from self.op(host, base, "create")
         if fails:
             yield from self.release(host)
         return host, waited, latency
@@ -74,9 +75,9 @@ class Fleet:
     def teardown(self, host: int, base: float):
         """Tear a sandbox down (a failed teardown is retried once); returns the time taken."""
         t0 = self.env.now
-        yield from self.op(host, base, self.sub.contention.teardown)
+        yield from self.op(host, base, "teardown")
         if self.rng.random() < self.sub.failures.teardown:
-            yield from self.op(host, base, self.sub.contention.teardown)
+            yield from self.op(host, base, "teardown")
         yield from self.release(host)
         return self.env.now - t0
 

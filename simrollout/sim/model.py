@@ -164,9 +164,9 @@ class Cell:
     # ------------------------------------------------------------ bodies
     def _multipliers(self, host: int) -> tuple[float, float]:
         """Generation and exec-overhead multipliers at the current load (a fixed point)."""
-        inf, slope_e = self.scn.cluster.inference, self.sub.contention.exec
+        inf, f_e = self.scn.cluster.inference, self.fleet.factor["exec"]
         s_l = inf.slowdown if inf else 0.0
-        if s_l == 0 and slope_e == 0:
+        if s_l == 0 and not self.sub.contention.exec:
             return 1.0, 1.0
         others = self.active  # bodies already running, excluding this one
         on_host = self.fleet.bodies[host]
@@ -176,7 +176,7 @@ class Cell:
         for _ in range(30):
             total = L * x_l + O * x_e + R
             nx_l = 1.0 + s_l * others * (L * x_l / total) / (inf.engines if inf else 1)
-            nx_e = 1.0 + slope_e * (on_host * (O * x_e / total) + creates)
+            nx_e = f_e(1.0 + on_host * (O * x_e / total) + creates)
             if abs(nx_l - x_l) < 1e-9 and abs(nx_e - x_e) < 1e-9:
                 break
             x_l, x_e = nx_l, nx_e
@@ -216,7 +216,7 @@ class Cell:
 
     def _body_steps(self, i: int, host: int, deadline: float, fail_call: int):
         w, d, env, fleet, tier = self.work, self.draws, self.env, self.fleet, self.tier
-        slope = self.sub.contention.exec
+        f_e = fleet.factor["exec"]
         llm, steps = 0.0, 0
         if w.setup[i] and not (yield from self._until(w.setup[i], deadline)):
             return TIMEOUT, llm, steps
@@ -235,7 +235,7 @@ class Cell:
                 if k == fail_call:
                     return LOST, llm, steps
                 fleet.ops[host] += 1
-                over = d.call_overhead[call] * (1.0 + slope * (fleet.ops[host] - 1))
+                over = d.call_overhead[call] * f_e(fleet.ops[host])
                 ok = yield from self._until(over, deadline)
                 fleet.ops[host] -= 1
                 if not ok or not (yield from self._until(w.call_tool[call], deadline)):

@@ -17,7 +17,7 @@ class DockerBackend:
     def __init__(self, network: str = "none"):
         docker = require("docker", "docker", "docker")
         try:
-            self.client = docker.from_env()
+            self.client = docker.from_env(max_pool_size=512)
             self.client.ping()
         except Exception as exc:  # docker.errors.DockerException and connection errors
             raise BackendUnavailable(

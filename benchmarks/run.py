@@ -1,0 +1,176 @@
+"""Speed and memory of simrollout, recorded in docs/performance.md.
+
+    python benchmarks/run.py            # everything (about 10 minutes on 2 cores)
+    python benchmarks/run.py --quick    # smaller sizes, for a smoke check
+
+Times are medians of ``--repeat`` runs; peak RSS sums the whole process tree (the parallel cells
+included), sampled every 50 ms. Machines here are shared and noisy: compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import simpy
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from simrollout.run import run_scenario  # noqa: E402
+from simrollout.scenario import load_scenario, scenario_from_dict  # noqa: E402
+
+
+def measure(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB, whole process tree) of a command."""
+    t0 = time.perf_counter()
+    proc = psutil.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            procs = [proc] + proc.children(recursive=True)
+            peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.read().decode()[-2000:])
+    return wall, peak / 2**20
+
+
+def median_of(repeat: int, fn):
+    runs = [fn() for _ in range(repeat)]
+    return tuple(statistics.median(x) for x in zip(*runs))
+
+
+def headline(repeat: int) -> dict:
+    out = tempfile.mkdtemp()
+    cmd = [sys.executable, "-m", "simrollout.cli", "run", str(ROOT / "scenarios/1m_150step.yaml"), "-o", out]
+    wall, rss = median_of(repeat, lambda: measure(cmd))
+    return {"wall_s": round(wall, 1), "peak_rss_mb": round(rss)}
+
+
+def _scenario(n: int, steps: int, engines: int, slowdown: float, concurrency: int, fidelity: str):
+    return scenario_from_dict(
+        {
+            "version": 1,
+            "name": "bench",
+            "seed": 11,
+            "fidelity": fidelity,
+            "workload": {
+                "trajectories": n,
+                "steps": steps,
+                "llm_time": {"kind": "lognormal", "median": 2.0, "p99": 20.0},
+                "calls_per_step": {"kind": "discrete", "values": [1, 2, 3], "weights": [0.85, 0.12, 0.03]},
+                "tools": {
+                    "shell": {"weight": 0.7, "latency": {"kind": "lognormal", "median": 0.5, "p99": 20}},
+                    "edit": {"weight": 0.3, "latency": {"kind": "lognormal", "median": 0.07, "p99": 2}},
+                },
+            },
+            "substrates": [
+                {
+                    "name": "docker",
+                    "cold_start": {"kind": "lognormal", "median": 0.2, "p99": 0.8},
+                    "exec_overhead": {"kind": "lognormal", "median": 0.05, "p99": 0.2},
+                    "teardown": 0.1,
+                    "capacity": {"hosts": 16, "sandboxes_per_host": 64},
+                    "contention": {"create": 0.02, "exec": 0.01, "teardown": 0.02},
+                }
+            ],
+            "cluster": {"concurrency": concurrency, "inference": {"engines": engines, "slowdown": slowdown}},
+            "policy": {"timeout": 3600},
+        }
+    )
+
+
+class _Counting(simpy.Environment):
+    events = 0
+
+    def step(self):
+        _Counting.events += 1
+        return super().step()
+
+
+def step_engine_rate() -> dict:
+    import simrollout.sim.model as model
+
+    scn = _scenario(2_000, 20, 16, 0.02, 256, "step")
+    model.simpy.Environment, orig = _Counting, simpy.Environment
+    try:
+        _Counting.events = 0
+        t0 = time.perf_counter()
+        run_scenario(scn, jobs=1, keep_records=False)
+        wall = time.perf_counter() - t0
+    finally:
+        model.simpy.Environment = orig
+    return {"events": _Counting.events, "wall_s": round(wall, 2), "events_per_s": round(_Counting.events / wall)}
+
+
+def fidelity_comparison(n: int, saturated: bool) -> dict:
+    engines, slowdown = (8, 0.05) if saturated else (512, 0.0)
+    res = {}
+    for fid in ("step", "trajectory"):
+        t0 = time.perf_counter()
+        r = run_scenario(_scenario(n, 30, engines, slowdown, 256, fid), jobs=1, keep_records=False)
+        res[fid] = (time.perf_counter() - t0, r.summary.iloc[0])
+    (ts, s), (tt, t) = res["step"], res["trajectory"]
+    diff = {
+        m: round(100 * (t[m] - s[m]) / s[m], 3)
+        for m in ("worker_hours", "makespan_hours", "duration_p50", "duration_p99", "gpu_idle_fraction")
+    }
+    return {
+        "trajectories": n,
+        "saturated_inference": saturated,
+        "gpu_idle_step": round(float(s.gpu_idle_fraction), 3),
+        "step_wall_s": round(ts, 2),
+        "trajectory_wall_s": round(tt, 2),
+        "speedup": round(ts / tt, 1),
+        "diff_pct": diff,
+    }
+
+
+def scaling(sizes: list[int]) -> list[dict]:
+    rows = []
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "s.yaml"
+            scn = load_scenario(ROOT / "scenarios/1m_150step.yaml")
+            data = scn.model_dump(by_alias=True, exclude_none=True)
+            data["workload"]["trajectories"] = n
+            data["substrates"] = data["substrates"][:1]
+            import yaml
+
+            p.write_text(yaml.safe_dump(data))
+            wall, rss = measure([sys.executable, "-m", "simrollout.cli", "run", str(p), "--no-records", "-o", d])
+        rows.append({"trajectories": n, "wall_s": round(wall, 1), "peak_rss_mb": round(rss)})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    n_cmp = 2_000 if args.quick else 20_000
+    result = {
+        "machine": {"cpus": psutil.cpu_count(), "mem_gb": round(psutil.virtual_memory().total / 2**30)},
+        "step_engine": step_engine_rate(),
+        "fidelity_uncontended": fidelity_comparison(n_cmp, saturated=False),
+        "fidelity_saturated": fidelity_comparison(n_cmp, saturated=True),
+    }
+    if not args.quick:
+        result["headline"] = headline(args.repeat)
+        result["scaling_one_substrate"] = scaling([100_000, 1_000_000, 10_000_000])
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Where cells run: in this process (``serial``), in local processes (``local``, all cores by
+default), or as tasks on a Ray cluster (``ray``). Same seeds, same numbers on every executor."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+
+from .errors import InputError
+from .run import CellKey, RunResult, assemble, cell_keys, run_cell, work_for
+from .scenario import Scenario
+
+EXECUTORS = ("local", "serial", "ray")
+_TICK = 4096  # trajectories between progress reports
+
+# What forked workers inherit: the scenarios and the progress queue.
+_SHARED: dict = {}
+
+
+def _local_task(i: int, key: CellKey, keep: bool):
+    q = _SHARED.get("queue")
+    summary, rec = run_cell(_SHARED["scenarios"][i], key, keep, progress=q.put if q is not None else None)
+    if q is not None:
+        q.put(_SHARED["scenarios"][i].workload.trajectories % _TICK)
+    return i, key, summary, rec
+
+
+def run_many(
+    scenarios: list[Scenario],
+    executor: str = "local",
+    jobs: int | None = None,
+    keep_records: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    address: str | None = None,
+) -> list[RunResult]:
+    """Run every cell of every scenario; ``progress(done, total)`` counts trajectories."""
+    if executor not in EXECUTORS:
+        raise InputError(f"--executor: expected one of {list(EXECUTORS)}, got '{executor}'.")
+    tasks = [(i, k) for i, s in enumerate(scenarios) for k in cell_keys(s)]
+    total = sum(scenarios[i].workload.trajectories for i, _ in tasks)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    if executor == "ray":
+        out = _run_ray(scenarios, tasks, keep_records, progress, total, address)
+    elif executor == "serial" or jobs == 1:
+        done = [0]
+
+        def tick(k: int) -> None:
+            done[0] += k
+            if progress is not None:
+                progress(done[0], total)
+
+        out = [(i, k, *run_cell(scenarios[i], k, keep_records, progress=tick)) for i, k in tasks]
+    else:
+        out = _run_local(scenarios, tasks, keep_records, progress, total, jobs)
+    per: list[list] = [[] for _ in scenarios]
+    for i, key, summary, rec in out:
+        per[i].append((key, summary, rec))
+    return [assemble(s, r) for s, r in zip(scenarios, per)]
+
+
+def _run_local(scenarios, tasks, keep, progress, total, jobs):
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    _SHARED.update(scenarios=scenarios, queue=q)
+    # draw each distinct workload once, before forking, so every cell inherits it
+    for i, key in tasks:
+        s = scenarios[i]
+        work_for(s, key.replication, s.resolved_fidelity() == "step")
+    done = 0
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+            futures = [pool.submit(_local_task, i, k, keep) for i, k in tasks]
+            while not all(f.done() for f in futures):
+                try:
+                    done += q.get(timeout=0.2)
+                    if progress is not None:
+                        progress(done, total)
+                except queue.Empty:
+                    pass
+            return [f.result() for f in futures]
+    finally:
+        _SHARED.clear()
+
+
+def _ray_cell(data: dict, key: CellKey, keep: bool):
+    return run_cell(Scenario.model_validate(data), key, keep)
+
+
+def _run_ray(scenarios, tasks, keep, progress, total, address):
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--executor ray needs Ray: pip install 'simrollout[ray]'.") from None
+    started = False
+    if not ray.is_initialized():
+        ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+        started = True
+    try:
+        remote = ray.remote(_ray_cell)
+        data = [s.model_dump(mode="json", by_alias=True, exclude_none=True) for s in scenarios]
+        refs = {remote.remote(data[i], k, keep): (i, k) for i, k in tasks}
+        out, done, pending = [], 0, list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            i, k = refs[ready[0]]
+            summary, rec = ray.get(ready[0])
+            out.append((i, k, summary, rec))
+            done += scenarios[i].workload.trajectories
+            if progress is not None:
+                progress(done, total)
+        order = {ik: n for n, ik in enumerate(tasks)}
+        return sorted(out, key=lambda t: order[(t[0], t[1])])
+    finally:
+        if started and address is None:
+            ray.shutdown()

@@ -1,0 +1,128 @@
+"""Sweeps, the planner, executors and the Python API."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import simrollout as sr
+from simrollout.errors import InputError
+from simrollout.plan import Target, parse_duration, plan
+from simrollout.scenario import scenario_from_dict
+from simrollout.sweep import knee, parse_set, set_path
+from tests.conftest import make
+
+
+def small_scn(**over):
+    d = make(**{
+        "workload.trajectories": 400, "workload.steps": 10,
+        "workload.llm_time": {"kind": "exponential", "mean": 1.0},
+        "workload.calls_per_step": 1,
+        "substrates.0.cold_start": 2.0, "substrates.0.exec_overhead": 0.05, "substrates.0.teardown": 0.1,
+        "cluster.concurrency": 16, **over,
+    })
+    return scenario_from_dict(d)
+
+
+def test_parse_set_and_set_path():
+    assert parse_set("policy.warm_pool=0,8") == ("policy.warm_pool", [0, 8])
+    assert parse_set("substrates.0.create_rate=null,2.5") == ("substrates.0.create_rate", [None, 2.5])
+    d = set_path({"a": [{"b": 1}]}, "a.0.b", 2)
+    assert d == {"a": [{"b": 2}]}
+    with pytest.raises(InputError, match="expected PATH=VALUE"):
+        parse_set("cluster.concurrency")
+    with pytest.raises(InputError, match="not an index"):
+        set_path({"a": [1]}, "a.x", 2)
+
+
+def test_knee_is_where_throughput_stops_growing():
+    assert knee([16, 32, 64, 128, 256], [10, 19, 35, 38, 38.5]) == 64
+
+
+def test_sweep_grid_rows_and_validation():
+    scn = small_scn()
+    df = sr.sweep(scn, {"cluster.concurrency": [4, 16, 64], "policy.warm_pool": [0, 8]}, jobs=1)
+    assert len(df) == 6 and set(df["policy.warm_pool"]) == {0, 8}
+    g = df[df["policy.warm_pool"] == 0].sort_values("concurrency")
+    assert g.trajectories_per_hour.is_monotonic_increasing
+    with pytest.raises(InputError, match=r"cluster.concurrency=-3"):
+        sr.sweep(scn, {"cluster.concurrency": [-3]}, jobs=1)
+
+
+def test_local_processes_and_serial_give_identical_results():
+    scn = small_scn(**{"cluster.concurrency": [4, 16]})
+    a = sr.run(scn, executor="serial", keep_records=False).cells
+    b = sr.run(scn, executor="local", jobs=2, keep_records=False).cells
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_override_validates():
+    scn = small_scn()
+    assert sr.override(scn, {"policy.retries": 3}).policy.retries == 3
+    with pytest.raises(InputError, match="policy.retries"):
+        sr.override(scn, {"policy.retries": -1})
+
+
+def test_plan_finds_the_cheapest_configuration_meeting_a_deadline():
+    d = make(**{
+        "workload.trajectories": 2000, "workload.steps": 10, "workload.llm_time": 1.0,
+        "workload.calls_per_step": 1, "substrates.0.exec_overhead": 0.1,
+        "substrates.0.cold_start": 1.0, "substrates.0.teardown": 0.1,
+        "substrates.0.billing": {"price_per_second": 0.001, "minimum_seconds": 60},
+        "cluster.concurrency": 8,
+        "cluster.inference": {"engines": 4, "price_per_hour": 3.6},
+    })
+    scn = scenario_from_dict(d)
+    # one trajectory ~ 1 + 10 x 1.1 + 0.1 = 12.1 s; 2000 of them in an hour need ~7 in flight
+    p = plan(scn, Target(deadline_s=3600), concurrency=[2, 4, 8, 16, 32, 64], sample=2000, jobs=1)
+    assert p.best is not None
+    assert p.best.makespan_s <= 3600
+    faster_ok = p.table[p.table.makespan_s <= 3600]
+    assert p.best.cost_usd == faster_ok.cost_usd.min()
+    assert (p.table.makespan_s > 3600).any()  # too few workers miss it
+    # sandboxes bill a 60 s minimum per trajectory whatever the concurrency; GPUs bill the makespan
+    assert p.best.concurrency == p.table.concurrency.max()
+    assert "before the deadline" in p.describe()
+    none = plan(scn, Target(deadline_s=60), concurrency=[2, 4], sample=2000, jobs=1)
+    assert none.best is None and none.describe().startswith("No configuration meets")
+
+
+def test_plan_names_the_binding_constraint():
+    d = make(**{
+        "workload.trajectories": 2000, "workload.steps": 5, "workload.llm_time": 1.0,
+        "substrates.0.cold_start": 0.5, "substrates.0.create_rate": 2.0,
+        "cluster.concurrency": 8,
+    })
+    p = plan(scenario_from_dict(d), Target(throughput_per_h=1.0), concurrency=[64, 128], sample=2000, jobs=1)
+    assert p.binding == "the create-rate limit"
+
+
+def test_parse_duration():
+    assert parse_duration("24h") == 86400 and parse_duration("90m") == 5400 and parse_duration("30") == 30
+    with pytest.raises(InputError):
+        parse_duration("soon")
+
+
+def test_cli_sweep_and_plan(tmp_path, root):
+    out = tmp_path / "sw"
+    r = subprocess.run(
+        [sys.executable, "-m", "simrollout.cli", "sweep", str(root / "scenarios/small.yaml"),
+         "--set", "cluster.concurrency=32,128", "--set", "policy.warm_pool=0,16", "-o", str(out)],
+        capture_output=True, text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    df = pd.read_parquet(out / "sweep.parquet")
+    assert len(df) == 2 * 2 * 2  # grid x substrates
+    assert (out / "sweep_concurrency.png").read_bytes()[:4] == b"\x89PNG"
+    r = subprocess.run(
+        [sys.executable, "-m", "simrollout.cli", "plan", str(root / "scenarios/small.yaml"), "--deadline", "1m",
+         "--concurrency", "32,64", "--sample", "500"],
+        capture_output=True, text=True,
+    )
+    assert r.returncode == 1 and "No configuration meets" in r.stdout
+    r = subprocess.run(
+        [sys.executable, "-m", "simrollout.cli", "sweep", str(root / "scenarios/small.yaml"), "--set", "nope"],
+        capture_output=True, text=True,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr
