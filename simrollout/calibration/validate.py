@@ -51,7 +51,7 @@ def mini_rollout_scenario(
                 "calls_per_step": 1,
                 "tools": {"sleep": {"weight": 1, "latency": tool}},
             },
-            "substrates": [{"profile": str(Path(profile).resolve())}],
+            "substrates": [{"profile": str(profile)}],
             "cluster": {"concurrency": levels},
         },
         Path.cwd() / "validate.yaml",
