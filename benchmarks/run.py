@@ -24,7 +24,7 @@ import simpy
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simrollout.run import run_scenario  # noqa: E402
+from simrollout.runner import run_scenario  # noqa: E402
 from simrollout.scenario import load_scenario, scenario_from_dict  # noqa: E402
 
 
@@ -111,7 +111,11 @@ def step_engine_rate() -> dict:
         wall = time.perf_counter() - t0
     finally:
         model.simpy.Environment = orig
-    return {"events": _Counting.events, "wall_s": round(wall, 2), "events_per_s": round(_Counting.events / wall)}
+    return {
+        "events": _Counting.events,
+        "wall_s": round(wall, 2),
+        "events_per_s": round(_Counting.events / wall),
+    }
 
 
 def fidelity_comparison(n: int, saturated: bool) -> dict:
@@ -149,7 +153,9 @@ def scaling(sizes: list[int]) -> list[dict]:
             import yaml
 
             p.write_text(yaml.safe_dump(data))
-            wall, rss = measure([sys.executable, "-m", "simrollout.cli", "run", str(p), "--no-records", "-o", d])
+            wall, rss = measure(
+                [sys.executable, "-m", "simrollout.cli", "run", str(p), "--no-records", "-o", d]
+            )
         rows.append({"trajectories": n, "wall_s": round(wall, 1), "peak_rss_mb": round(rss)})
     return rows
 

@@ -7,10 +7,4 @@ __version__ = "0.1.0"
 
 __all__ = ["load", "override", "run", "sweep", "plan"]
 
-
-def __getattr__(name):
-    if name in __all__:
-        from . import api
-
-        return getattr(api, name)
-    raise AttributeError(name)
+from .api import load, override, plan, run, sweep  # noqa: E402

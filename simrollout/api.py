@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .run import RunResult, run_scenario
+from .runner import RunResult, run_scenario
 from .scenario import Scenario, load_scenario, scenario_from_dict
-from .sweep import base_dict, set_path
-from .sweep import sweep as _sweep
+from .sweeps import base_dict, set_path
+from .sweeps import sweep as _sweep
 
 
 def load(path: str | Path) -> Scenario:
@@ -33,12 +33,16 @@ def override(scn: Scenario, fields: dict[str, object]) -> Scenario:
     return scenario_from_dict(data, "<override>")
 
 
-def run(scn: Scenario, executor: str = "local", jobs: int | None = None, keep_records: bool = True) -> RunResult:
+def run(
+    scn: Scenario, executor: str = "local", jobs: int | None = None, keep_records: bool = True
+) -> RunResult:
     """Simulate ``scn``; ``.summary`` and ``.cells`` are DataFrames, ``.records`` numpy arrays."""
     return run_scenario(scn, jobs=jobs, keep_records=keep_records, executor=executor)
 
 
-def sweep(scn: Scenario, grid: dict[str, list], executor: str = "local", jobs: int | None = None) -> pd.DataFrame:
+def sweep(
+    scn: Scenario, grid: dict[str, list], executor: str = "local", jobs: int | None = None
+) -> pd.DataFrame:
     """Every combination of ``grid`` (dotted path -> values); one row per cell."""
     return _sweep(scn, grid, executor=executor, jobs=jobs)
 
@@ -50,8 +54,8 @@ def plan(
     budget: float | None = None,
     **search,
 ):
-    """The cheapest configuration meeting one target; see :mod:`simrollout.plan`."""
-    from .plan import Target, parse_duration
-    from .plan import plan as _plan
+    """The cheapest configuration meeting one target; see :mod:`simrollout.planner`."""
+    from .planner import Target, parse_duration
+    from .planner import plan as _plan
 
     return _plan(scn, Target(parse_duration(deadline) if deadline else None, throughput, budget), **search)

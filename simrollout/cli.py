@@ -37,14 +37,15 @@ def run(
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .api import override
     from .report import print_table, write_results
-    from .run import run_scenario
-    from .scenario import load_scenario, scenario_from_dict
+    from .runner import run_scenario
+    from .scenario import load_scenario
 
     scn = load_scenario(scenario)
     over = {k: v for k, v in {"seed": seed, "fidelity": fidelity}.items() if v is not None}
     if over:
-        scn = scenario_from_dict({**scn.model_dump(by_alias=True, exclude_none=True), **over}, scenario)
+        scn = override(scn, over)
     out = out or Path("results") / scn.name
     with Progress(
         TextColumn("[bold]simulating"),
@@ -99,8 +100,8 @@ def sweep(
     """Run a grid over any scenario fields; one row per cell, plots against concurrency."""
     from .report import plot_sweep
     from .scenario import load_scenario
-    from .sweep import parse_set
-    from .sweep import sweep as run_sweep
+    from .sweeps import parse_set
+    from .sweeps import sweep as run_sweep
 
     scn = load_scenario(scenario)
     sets = dict(parse_set(s) for s in set_)
@@ -151,8 +152,8 @@ def plan(
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
 ) -> None:
     """Find the cheapest substrate, concurrency, warm pool and host count that meets a target."""
-    from .plan import Target, parse_duration
-    from .plan import plan as run_plan
+    from .planner import Target, parse_duration
+    from .planner import plan as run_plan
     from .scenario import load_scenario
 
     def ints(name, text):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
 from .errors import InputError
-from .run import CellKey, RunResult, assemble, cell_keys, run_cell, work_for
+from .runner import CellKey, RunResult, assemble, cell_keys, run_cell, work_for
 from .scenario import Scenario
 
 EXECUTORS = ("local", "serial", "ray")

@@ -18,7 +18,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from . import __version__  # noqa: E402
-from .run import RunResult  # noqa: E402
+from .runner import RunResult  # noqa: E402
 from .sim.records import STATUS  # noqa: E402
 
 TABLE = [
@@ -170,7 +170,7 @@ def _save(fig, path: Path) -> Path:
 def plot_sweep(df: pd.DataFrame, out: Path) -> list[Path]:
     """Throughput (knee marked), p99 duration and makespan against concurrency per substrate;
     worker-hours and cost per substrate."""
-    from .sweep import knee
+    from .sweeps import knee
 
     groups = list(df.groupby(["substrate", *grid_columns(df)], sort=False))
     paths = []

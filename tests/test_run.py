@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simrollout.run import run_scenario
+from simrollout.runner import run_scenario
 from simrollout.scenario import load_scenario, scenario_from_dict
 from simrollout.workload import draw_work
 

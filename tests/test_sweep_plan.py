@@ -8,20 +8,26 @@ import pytest
 
 import simrollout as sr
 from simrollout.errors import InputError
-from simrollout.plan import Target, parse_duration, plan
+from simrollout.planner import Target, parse_duration, plan
 from simrollout.scenario import scenario_from_dict
-from simrollout.sweep import knee, parse_set, set_path
+from simrollout.sweeps import knee, parse_set, set_path
 from tests.conftest import make
 
 
 def small_scn(**over):
-    d = make(**{
-        "workload.trajectories": 400, "workload.steps": 10,
-        "workload.llm_time": {"kind": "exponential", "mean": 1.0},
-        "workload.calls_per_step": 1,
-        "substrates.0.cold_start": 2.0, "substrates.0.exec_overhead": 0.05, "substrates.0.teardown": 0.1,
-        "cluster.concurrency": 16, **over,
-    })
+    d = make(
+        **{
+            "workload.trajectories": 400,
+            "workload.steps": 10,
+            "workload.llm_time": {"kind": "exponential", "mean": 1.0},
+            "workload.calls_per_step": 1,
+            "substrates.0.cold_start": 2.0,
+            "substrates.0.exec_overhead": 0.05,
+            "substrates.0.teardown": 0.1,
+            "cluster.concurrency": 16,
+            **over,
+        }
+    )
     return scenario_from_dict(d)
 
 
@@ -65,14 +71,20 @@ def test_override_validates():
 
 
 def test_plan_finds_the_cheapest_configuration_meeting_a_deadline():
-    d = make(**{
-        "workload.trajectories": 2000, "workload.steps": 10, "workload.llm_time": 1.0,
-        "workload.calls_per_step": 1, "substrates.0.exec_overhead": 0.1,
-        "substrates.0.cold_start": 1.0, "substrates.0.teardown": 0.1,
-        "substrates.0.billing": {"price_per_second": 0.001, "minimum_seconds": 60},
-        "cluster.concurrency": 8,
-        "cluster.inference": {"engines": 4, "price_per_hour": 3.6},
-    })
+    d = make(
+        **{
+            "workload.trajectories": 2000,
+            "workload.steps": 10,
+            "workload.llm_time": 1.0,
+            "workload.calls_per_step": 1,
+            "substrates.0.exec_overhead": 0.1,
+            "substrates.0.cold_start": 1.0,
+            "substrates.0.teardown": 0.1,
+            "substrates.0.billing": {"price_per_second": 0.001, "minimum_seconds": 60},
+            "cluster.concurrency": 8,
+            "cluster.inference": {"engines": 4, "price_per_hour": 3.6},
+        }
+    )
     scn = scenario_from_dict(d)
     # one trajectory ~ 1 + 10 x 1.1 + 0.1 = 12.1 s; 2000 of them in an hour need ~7 in flight
     p = plan(scn, Target(deadline_s=3600), concurrency=[2, 4, 8, 16, 32, 64], sample=2000, jobs=1)
@@ -89,11 +101,16 @@ def test_plan_finds_the_cheapest_configuration_meeting_a_deadline():
 
 
 def test_plan_names_the_binding_constraint():
-    d = make(**{
-        "workload.trajectories": 2000, "workload.steps": 5, "workload.llm_time": 1.0,
-        "substrates.0.cold_start": 0.5, "substrates.0.create_rate": 2.0,
-        "cluster.concurrency": 8,
-    })
+    d = make(
+        **{
+            "workload.trajectories": 2000,
+            "workload.steps": 5,
+            "workload.llm_time": 1.0,
+            "substrates.0.cold_start": 0.5,
+            "substrates.0.create_rate": 2.0,
+            "cluster.concurrency": 8,
+        }
+    )
     p = plan(scenario_from_dict(d), Target(throughput_per_h=1.0), concurrency=[64, 128], sample=2000, jobs=1)
     assert p.binding == "the create-rate limit"
 
@@ -107,22 +124,69 @@ def test_parse_duration():
 def test_cli_sweep_and_plan(tmp_path, root):
     out = tmp_path / "sw"
     r = subprocess.run(
-        [sys.executable, "-m", "simrollout.cli", "sweep", str(root / "scenarios/small.yaml"),
-         "--set", "cluster.concurrency=32,128", "--set", "policy.warm_pool=0,16", "-o", str(out)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "simrollout.cli",
+            "sweep",
+            str(root / "scenarios/small.yaml"),
+            "--set",
+            "cluster.concurrency=32,128",
+            "--set",
+            "policy.warm_pool=0,16",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 0, r.stderr
     df = pd.read_parquet(out / "sweep.parquet")
     assert len(df) == 2 * 2 * 2  # grid x substrates
     assert (out / "sweep_concurrency.png").read_bytes()[:4] == b"\x89PNG"
     r = subprocess.run(
-        [sys.executable, "-m", "simrollout.cli", "plan", str(root / "scenarios/small.yaml"), "--deadline", "1m",
-         "--concurrency", "32,64", "--sample", "500"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "simrollout.cli",
+            "plan",
+            str(root / "scenarios/small.yaml"),
+            "--deadline",
+            "1m",
+            "--concurrency",
+            "32,64",
+            "--sample",
+            "500",
+        ],
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 1 and "No configuration meets" in r.stdout
     r = subprocess.run(
-        [sys.executable, "-m", "simrollout.cli", "sweep", str(root / "scenarios/small.yaml"), "--set", "nope"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "simrollout.cli",
+            "sweep",
+            str(root / "scenarios/small.yaml"),
+            "--set",
+            "nope",
+        ],
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_ray_executor_gives_the_local_numbers():
+    ray = pytest.importorskip("ray")
+    scn = small_scn(**{"cluster.concurrency": [4, 16]})
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        b = sr.run(scn, executor="ray", keep_records=False).cells
+        sw = sr.sweep(scn, {"policy.retries": [0, 1]}, executor="ray")
+    finally:
+        ray.shutdown()
+    a = sr.run(scn, executor="serial", keep_records=False).cells
+    pd.testing.assert_frame_equal(a, b)
+    assert len(sw) == 4

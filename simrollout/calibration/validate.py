@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..run import run_scenario
+from ..runner import run_scenario
 from ..scenario import Scenario, scenario_from_dict
 from ..workload import draw_work
 from .backends import Backend

@@ -15,17 +15,36 @@ from simrollout.scenario import load_profile
 
 
 def records(tmp_path, phases, levels=(1,), n=200, seed=0, fail=0.0, name="r.jsonl"):
-    """Synthetic probe records: latency = base draw x (1 + slope (c - 1))."""
+    """Synthetic probe records: at level c, c streams of back-to-back sandbox lifecycles, each
+    operation taking its base draw x (1 + slope (c - 1)) (c operations always in flight)."""
     rng = np.random.default_rng(seed)
     lines = []
     for c in levels:
-        for phase, (dist, slope) in phases.items():
-            for i in range(n):
+        clock = [0.0] * c
+        for i in range(n):
+            for phase, (dist, slope) in phases.items():
                 ok = rng.random() >= fail
                 lat = float(dist(rng)) * (1 + slope * (c - 1))
-                lines.append(dict(run_id="r", backend="synthetic", backend_version="0", engine_version="0",
-                                  host="h", image="i", phase=phase, start=float(i), latency=lat, concurrency=c,
-                                  mode="sequential", ok=ok, error=None if ok else "Boom", sandbox=i))
+                start = clock[i % c]
+                clock[i % c] += lat if np.isfinite(lat) and lat > 0 else 0.01
+                lines.append(
+                    dict(
+                        run_id="r",
+                        backend="synthetic",
+                        backend_version="0",
+                        engine_version="0",
+                        host="h",
+                        image="i",
+                        phase=phase,
+                        start=start,
+                        latency=lat,
+                        concurrency=c,
+                        mode="sequential",
+                        ok=ok,
+                        error=None if ok else "Boom",
+                        sandbox=i,
+                    )
+                )
     p = tmp_path / name
     p.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     return p
@@ -51,13 +70,26 @@ def test_bimodal_data_selects_the_mixture():
 
 
 def test_contention_slope_and_failure_rate_are_recovered(tmp_path):
-    p = records(tmp_path, {"create": (LOGN[0], 0.05), "exec": LOGN, "teardown": LOGN}, levels=(1, 8, 32),
-                n=400, fail=0.1)
+    p = records(
+        tmp_path,
+        {"create": (LOGN[0], 0.05), "exec": LOGN, "teardown": LOGN},
+        levels=(1, 8, 32),
+        n=400,
+        fail=0.1,
+    )
     prof, _ = calibrate(read_records([p]), "syn")
-    assert prof["substrate"]["contention"]["create"] == pytest.approx(0.05, rel=0.15)
-    assert prof["substrate"]["contention"]["exec"] < 0.01
+    curve = prof["substrate"]["contention"]["create"]
+    assert len(curve) == 2
+    for n_in_flight, mult in curve.items():
+        assert 6 <= n_in_flight <= 32
+        assert mult == pytest.approx(1 + 0.05 * (n_in_flight - 1), rel=0.1)
+    assert prof["fits"]["create"]["contention_slope"] == pytest.approx(0.05, rel=0.15)
+    assert all(abs(m - 1) < 0.1 for m in prof["substrate"]["contention"]["exec"].values())
     assert prof["substrate"]["failures"]["create"] == pytest.approx(0.1, abs=0.02)
-    assert prof["fits"]["create"]["by_concurrency"][32]["median"] > prof["fits"]["create"]["by_concurrency"][1]["median"] * 2
+    assert (
+        prof["fits"]["create"]["by_concurrency"][32]["median"]
+        > prof["fits"]["create"]["by_concurrency"][1]["median"] * 2
+    )
 
 
 def test_bad_probe_data_is_refused_with_phase_and_count(tmp_path):
@@ -65,7 +97,9 @@ def test_bad_probe_data_is_refused_with_phase_and_count(tmp_path):
     few = records(tmp_path, ok, n=5, name="few.jsonl")
     with pytest.raises(InputError, match=r"phase 'create': 5 successful samples, at least 10"):
         calibrate(read_records([few]), "x")
-    nan = records(tmp_path, {"create": (lambda r: float("nan"), 0), "exec": LOGN, "teardown": LOGN}, name="nan.jsonl")
+    nan = records(
+        tmp_path, {"create": (lambda r: float("nan"), 0), "exec": LOGN, "teardown": LOGN}, name="nan.jsonl"
+    )
     with pytest.raises(InputError, match=r"phase 'create' has 200 NaN or negative"):
         calibrate(read_records([nan]), "x")
     neg = records(tmp_path, {"create": LOGN, "exec": (lambda r: -1.0, 0), "teardown": LOGN}, name="neg.jsonl")
@@ -79,8 +113,11 @@ def test_bad_probe_data_is_refused_with_phase_and_count(tmp_path):
 def test_calibrate_cli_writes_a_profile_a_scenario_can_use(tmp_path):
     p = records(tmp_path, {"create": LOGN, "exec": LOGN, "teardown": LOGN, "upload": LOGN})
     out = tmp_path / "prof" / "syn.yaml"
-    r = subprocess.run([sys.executable, "-m", "simrollout.cli", "calibrate", str(p), "-o", str(out)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "simrollout.cli", "calibrate", str(p), "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     prof = load_profile(out)
     assert prof.provenance["samples"]["create"] == 200 and prof.provenance["backend"] == "synthetic"
@@ -90,15 +127,24 @@ def test_calibrate_cli_writes_a_profile_a_scenario_can_use(tmp_path):
 
 def test_calibrate_cli_bad_data_exit_2(tmp_path):
     p = records(tmp_path, {"create": LOGN, "exec": LOGN, "teardown": LOGN}, n=3)
-    r = subprocess.run([sys.executable, "-m", "simrollout.cli", "calibrate", str(p), "-o", str(tmp_path / "x.yaml")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "simrollout.cli", "calibrate", str(p), "-o", str(tmp_path / "x.yaml")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "at least 10" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_from_quantiles_marks_its_provenance(tmp_path):
-    spec = {"name": "hosted", "source": "vendor benchmark",
-            "substrate": {"cold_start": {"quantiles": {0.5: 0.11, 0.95: 0.28, 0.99: 0.29}},
-                          "exec_overhead": 0.1, "teardown": 0.1}}
+    spec = {
+        "name": "hosted",
+        "source": "vendor benchmark",
+        "substrate": {
+            "cold_start": {"quantiles": {0.5: 0.11, 0.95: 0.28, 0.99: 0.29}},
+            "exec_overhead": 0.1,
+            "teardown": 0.1,
+        },
+    }
     prof = from_quantiles(spec, tmp_path / "spec.yaml")
     assert prof["provenance"]["method"].startswith("from published quantiles")
     assert prof["substrate"]["cold_start"]["kind"] == "empirical"

@@ -33,8 +33,16 @@ def test_failed_commands_are_recorded_not_lost(tmp_path):
     assert {r["error"] for r in execs} == {"CommandFailed"}
 
 
-@pytest.mark.parametrize("name,needs", [("kubernetes", "kubernetes"), ("daytona", "daytona"),
-                                        ("e2b", "e2b"), ("modal", "modal"), ("ec2", "boto3")])
+@pytest.mark.parametrize(
+    "name,needs",
+    [
+        ("kubernetes", "kubernetes"),
+        ("daytona", "daytona"),
+        ("e2b", "e2b"),
+        ("modal", "modal"),
+        ("ec2", "boto3"),
+    ],
+)
 def test_unavailable_backends_say_what_is_missing(name, needs, monkeypatch):
     for var in ("KUBECONFIG", "DAYTONA_API_KEY", "E2B_API_KEY", "MODAL_TOKEN_ID", "AWS_ACCESS_KEY_ID"):
         monkeypatch.delenv(var, raising=False)
@@ -42,7 +50,7 @@ def test_unavailable_backends_say_what_is_missing(name, needs, monkeypatch):
     with pytest.raises(BackendUnavailable) as exc:
         get_backend(name)
     msg = str(exc.value)
-    assert name in msg and (f"simrollout[" in msg or "set " in msg or "KUBECONFIG" in msg)
+    assert name in msg and ("simrollout[" in msg or "set " in msg or "KUBECONFIG" in msg)
 
 
 def test_unknown_backend():
@@ -68,9 +76,24 @@ def test_interrupted_docker_probe_keeps_records_and_leaves_no_container(docker_e
     out = tmp_path / "i.jsonl"
     before = {c.id for c in docker_engine.containers.list(all=True)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "simrollout.cli", "probe", "docker", "-o", str(out),
-         "--sandboxes", "200", "--commands", "50", "--concurrency", "4"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "simrollout.cli",
+            "probe",
+            "docker",
+            "-o",
+            str(out),
+            "--sandboxes",
+            "200",
+            "--commands",
+            "50",
+            "--concurrency",
+            "4",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -1,6 +1,6 @@
 """What-if grids: override any scenario field by dotted path and run every combination.
 
->>> from simrollout.sweep import parse_set
+>>> from simrollout.sweeps import parse_set
 >>> parse_set("cluster.concurrency=64,256")
 ('cluster.concurrency', [64, 256])
 """
@@ -54,7 +54,11 @@ def set_path(data: dict, path: str, value) -> dict:
 
 
 def base_dict(scn: Scenario) -> dict:
-    return scn.model_dump(mode="json", by_alias=True, exclude_none=True)
+    """The scenario as a mapping, profiles already merged in (so it validates from anywhere)."""
+    data = scn.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for sub in data["substrates"]:
+        sub.pop("profile", None)
+    return data
 
 
 def grid(scn: Scenario, sets: dict[str, list], source: str | Path = "<sweep>") -> list[tuple[dict, Scenario]]:

@@ -19,7 +19,7 @@ import pandas as pd
 from .errors import InputError
 from .executors import run_many
 from .scenario import Scenario
-from .sweep import base_dict, set_path
+from .sweeps import base_dict, set_path
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
