@@ -90,7 +90,7 @@ class Exponential(_Shifted):
         return stats.expon(loc=self.loc, scale=self.mean_)
 
     def sample(self, rng, size):
-        return self.loc + rng.exponential(self.mean_, size)
+        return self.loc + self.mean_ * rng.standard_exponential(size, dtype=np.float32)
 
 
 class Lognormal(_Shifted):
@@ -132,7 +132,7 @@ class Lognormal(_Shifted):
 
     def sample(self, rng, size):
         mu, sigma = self.params
-        return self.loc + rng.lognormal(mu, sigma, size)
+        return self.loc + np.exp(mu + sigma * rng.standard_normal(size, dtype=np.float32))
 
 
 class Gamma(_Shifted):
@@ -145,7 +145,7 @@ class Gamma(_Shifted):
         return stats.gamma(a=self.shape, loc=self.loc, scale=self.scale)
 
     def sample(self, rng, size):
-        return self.loc + rng.gamma(self.shape, self.scale, size)
+        return self.loc + self.scale * rng.standard_gamma(self.shape, size, dtype=np.float32)
 
 
 class Weibull(_Shifted):
@@ -214,17 +214,28 @@ class Empirical(_Base):
         ps = np.array(sorted(self.quantiles))
         return stats.norm.ppf(ps), np.log([self.quantiles[p] for p in ps])
 
-    def _from_z(self, z):
+    @cached_property
+    def _hinges(self) -> tuple[float, float, list[tuple[float, float]]]:
+        """The curve as a line plus hinges: y = y0 + b0 (z - z0) + sum_k db_k max(z - z_k, 0)."""
         zs, ys = self._curve
-        z = np.asarray(z, dtype=float)
-        lo = ys[0] + (z - zs[0]) * (ys[1] - ys[0]) / (zs[1] - zs[0])
-        hi = ys[-1] + (z - zs[-1]) * (ys[-1] - ys[-2]) / (zs[-1] - zs[-2])
-        return np.exp(np.where(z < zs[0], lo, np.where(z > zs[-1], hi, np.interp(z, zs, ys))))
+        b = np.diff(ys) / np.diff(zs)
+        return (
+            float(ys[0] - b[0] * zs[0]),
+            float(b[0]),
+            [(float(zs[k]), float(b[k] - b[k - 1])) for k in range(1, len(b))],
+        )
+
+    def _from_z(self, z):
+        y0, b0, hinges = self._hinges
+        y = y0 + b0 * z
+        for zk, db in hinges:
+            y += db * np.maximum(z - zk, 0)
+        return np.exp(y)
 
     def sample(self, rng, size):
         if self.samples is not None:
             return rng.choice(np.asarray(self.samples, dtype=float), size)
-        return self._from_z(rng.standard_normal(size))
+        return self._from_z(rng.standard_normal(size, dtype=np.float32))
 
     def ppf(self, q):
         if self.samples is not None:
@@ -301,7 +312,10 @@ class Mixture(_Base):
         return w / w.sum()
 
     def sample(self, rng, size):
-        which = rng.choice(len(self.components), size, p=self.probs)
+        u = rng.random(size, dtype=np.float32)
+        which = np.zeros(size, dtype=np.int8)
+        for edge in np.cumsum(self.probs)[:-1]:
+            which += u >= edge
         out = np.empty(size)
         for k, comp in enumerate(self.components):
             idx = np.flatnonzero(which == k)

@@ -68,7 +68,7 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs):
     # draw each distinct workload once, before forking, so every cell inherits it
     for i, key in tasks:
         s = scenarios[i]
-        work_for(s, key.replication, s.resolved_fidelity() == "step")
+        work_for(s, key.replication, s.resolved_fidelity() == "step", jobs)
     done = 0
     try:
         with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:

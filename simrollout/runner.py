@@ -54,12 +54,12 @@ def _work_key(scn: Scenario, rep: int, detail: bool) -> tuple:
     )
 
 
-def work_for(scn: Scenario, rep: int, detail: bool) -> Work:
+def work_for(scn: Scenario, rep: int, detail: bool, jobs: int = 1) -> Work:
     key = _work_key(scn, rep, detail)
     if key not in _WORK:
         if len(_WORK) >= 4:
             _WORK.pop(next(iter(_WORK)))
-        _WORK[key] = draw_work(scn, rep, detail)
+        _WORK[key] = draw_work(scn, rep, detail, jobs)
     return _WORK[key]
 
 

@@ -8,7 +8,10 @@ cold start, teardown, first failures) come from ``(seed, r, "substrate", name, .
 
 from __future__ import annotations
 
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -53,35 +56,43 @@ def _counts(d, rng, n, lo: int) -> np.ndarray:
 def _sum_by(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Sum consecutive runs of ``values`` of the given lengths (lengths may be zero)."""
     idx = np.concatenate([[0], np.cumsum(counts)])
-    csum = np.concatenate([[0.0], np.cumsum(values)])
+    csum = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
     return csum[idx[1:]] - csum[idx[:-1]]
 
 
-def draw_work(scn: Scenario, rep: int, detail: bool = False) -> Work:
-    """Draw every trajectory's workload for replication ``rep``."""
-    wl, n = scn.workload, scn.workload.trajectories
-    mix = tool_mixture(scn)
-    parts: dict[str, list] = {k: [] for k in Work.__dataclass_fields__ if k not in ("step_off", "call_off")}
-    for c, lo in enumerate(range(0, n, CHUNK)):
-        m = min(CHUNK, n - lo)
-        rng = stream(scn.seed, rep, "workload", c)
-        steps = _counts(wl.steps, rng, m, 1)
-        step_llm = wl.llm_time.sample(rng, int(steps.sum()))
-        step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
-        call_tool = mix.sample(rng, int(step_calls.sum()))
-        calls = _sum_by(step_calls, steps).astype(np.int64)
-        parts["steps"].append(steps)
-        parts["calls"].append(calls)
-        parts["llm"].append(_sum_by(step_llm, steps))
-        parts["tool"].append(_sum_by(call_tool, calls))
-        parts["setup"].append(wl.setup.sample(rng, m) if wl.setup else np.zeros(m))
-        parts["reward"].append(wl.reward.sample(rng, m) if wl.reward else np.zeros(m))
-        if detail:
-            parts["step_llm"].append(step_llm)
-            parts["step_calls"].append(step_calls)
-            parts["call_tool"].append(call_tool)
-    cat = {k: np.concatenate(v) for k, v in parts.items() if v}
-    work = Work(**cat)
+def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.ndarray]:
+    """Workload of trajectories ``c * CHUNK ...`` from the chunk's own stream."""
+    wl = scn.workload
+    m = min(CHUNK, wl.trajectories - c * CHUNK)
+    rng = stream(scn.seed, rep, "workload", c)
+    steps = _counts(wl.steps, rng, m, 1)
+    step_llm = wl.llm_time.sample(rng, int(steps.sum()))
+    step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
+    call_tool = tool_mixture(scn).sample(rng, int(step_calls.sum()))
+    calls = _sum_by(step_calls, steps).astype(np.int64)
+    out = {
+        "steps": steps,
+        "calls": calls,
+        "llm": _sum_by(step_llm, steps),
+        "tool": _sum_by(call_tool, calls),
+        "setup": wl.setup.sample(rng, m) if wl.setup else np.zeros(m),
+        "reward": wl.reward.sample(rng, m) if wl.reward else np.zeros(m),
+    }
+    if detail:
+        out.update(step_llm=step_llm, step_calls=step_calls, call_tool=call_tool)
+    return out
+
+
+def draw_work(scn: Scenario, rep: int, detail: bool = False, jobs: int = 1) -> Work:
+    """Draw every trajectory's workload for replication ``rep`` (chunks in ``jobs`` processes)."""
+    chunks = range(-(-scn.workload.trajectories // CHUNK))
+    draw = partial(_draw_chunk, scn, rep, detail)
+    if jobs > 1 and len(chunks) > 1:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+            parts = list(pool.map(draw, chunks))
+    else:
+        parts = [draw(c) for c in chunks]
+    work = Work(**{k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
     if detail:
         work.step_off = np.concatenate([[0], np.cumsum(work.steps)])
         work.call_off = np.concatenate([[0], np.cumsum(work.calls)])

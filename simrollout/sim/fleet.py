@@ -13,15 +13,29 @@ from ..scenario import Substrate
 
 
 class Fleet:
-    def __init__(self, env: simpy.Environment, sub: Substrate, rng: np.random.Generator):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        sub: Substrate,
+        rng: np.random.Generator,
+        most: int | None = None,
+        defer: bool = False,
+    ):
+        """``most``: the most sandboxes the run can ever hold at once (a quota above it never binds).
+        ``defer``: nothing observes operations in flight (no contention), so a create's latency is
+        returned for the caller to wait together with the body and the teardown (fewer events)."""
+        self.defer = defer
         self.env = env
         self.sub = sub
         self.rng = rng
         cap = sub.capacity
-        self.quota = simpy.Container(env, cap.total, init=cap.total) if cap.total else None
+        binds = cap.total is not None and (most is None or cap.total < most)
+        self.quota = simpy.Container(env, cap.total, init=cap.total) if binds else None
+        self.hosts = cap.hosts
         self.sandboxes = np.zeros(cap.hosts, dtype=np.int64)  # alive per host
-        self.ops = np.zeros(cap.hosts, dtype=np.int64)  # lifecycle ops in flight per host
-        self.bodies = np.zeros(cap.hosts, dtype=np.int64)  # sandboxes running steps per host
+        self.alive = 0
+        self.ops = [0] * cap.hosts  # lifecycle ops in flight per host
+        self.bodies = [0] * cap.hosts  # sandboxes running steps per host
         self.exec_share = 0.0  # expected share of a body spent in exec overhead (trajectory fidelity)
         self._next_token = 0.0
         self.factor = {ph: sub.contention.factor(ph) for ph in ("create", "exec", "teardown")}
@@ -63,26 +77,41 @@ class Fleet:
         delay = self._rate_delay()
         if delay > 0:
             yield self.env.timeout(delay)
-        host = int(np.argmin(self.sandboxes))
+        host = int(np.argmin(self.sandboxes)) if self.hosts > 1 else 0
         self.sandboxes[host] += 1
-        self.peak_sandboxes = max(self.peak_sandboxes, int(self.sandboxes.sum()))
+        self.alive += 1
+        if self.alive > self.peak_sandboxes:
+            self.peak_sandboxes = self.alive
         waited = self.env.now - t0
-        latency = yield from self.op(host, base, "create")
+        if self.defer:
+            latency = base
+            if fails:
+                yield self.env.timeout(latency)
+        else:
+            latency = yield from self.op(host, base, "create")
         if fails:
             yield from self.release(host)
         return host, waited, latency
 
-    def teardown(self, host: int, base: float):
-        """Tear a sandbox down (a failed teardown is retried once); returns the time taken."""
-        t0 = self.env.now
-        yield from self.op(host, base, "teardown")
-        if self.rng.random() < self.sub.failures.teardown:
+    def teardown(self, host: int, base: float, lag: float = 0.0):
+        """Wait ``lag`` (deferred work), tear the sandbox down (a failed teardown is retried once)
+        and release it; returns the teardown time."""
+        again = bool(self.sub.failures.teardown) and self.rng.random() < self.sub.failures.teardown
+        if self.defer:
+            td = base * (2 if again else 1)
+            yield self.env.timeout(lag + td)
+        else:
+            t0 = self.env.now
             yield from self.op(host, base, "teardown")
+            if again:
+                yield from self.op(host, base, "teardown")
+            td = self.env.now - t0
         yield from self.release(host)
-        return self.env.now - t0
+        return td
 
     def release(self, host: int):
         self.sandboxes[host] -= 1
+        self.alive -= 1
         if self.quota is not None:
             yield self.quota.put(1)
 

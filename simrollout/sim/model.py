@@ -23,6 +23,19 @@ from .inference import InferenceTier, expected_busy_engines
 from .records import FAILED, OK, TIMEOUT, Records
 
 LOST = 3  # the sandbox was lost mid-trajectory (exec failure): retried when retries remain
+_OUT = (
+    "start",
+    "end",
+    "cold",
+    "acquire_wait",
+    "worker",
+    "sandbox",
+    "llm",
+    "attempts",
+    "status",
+    "warm",
+    "steps_done",
+)
 
 
 class Cell:
@@ -42,12 +55,14 @@ class Cell:
         self.step = fidelity == "step"
         self.env = simpy.Environment()
         self.rng = stream(scn.seed, rep, "substrate", sub.name, "run", concurrency)
-        self.fleet = Fleet(self.env, sub, self.rng)
+        inf, c = scn.cluster.inference, sub.contention
+        self._loaded = bool((inf and inf.slowdown) or c.create or c.exec or c.teardown)
+        defer = not self.step and not self._loaded
+        self.fleet = Fleet(self.env, sub, self.rng, most=concurrency + scn.policy.warm_pool, defer=defer)
         self.tier = InferenceTier(self.env, scn.cluster.inference)
-        self.rec = Records.empty(work.n)
-        self.gen_start = np.zeros(work.n)  # body interval and generating share (GPU estimate)
-        self.gen_end = np.zeros(work.n)
-        self.gen_share = np.zeros(work.n)
+        self.arrival = np.zeros(work.n)
+        self._out = np.zeros((work.n, len(_OUT)))
+        self._gen = np.zeros((work.n, 3))  # body start, end, generating share (GPU estimate)
         self.active = 0
         self.progress = progress
         self._done = 0
@@ -55,13 +70,19 @@ class Cell:
         self._L = float(work.llm.mean())
         self._O = float(draws.overhead.mean())
         self._R = float((work.tool + work.setup + work.reward).mean())
+        self._fixed_points: dict[tuple, tuple[float, float, float]] = {}
+        # per-trajectory inputs as one row each (one read per trajectory, not one per field)
+        self._inputs = np.column_stack(
+            [draws.cold, draws.warm, draws.teardown, draws.fail_create, draws.fail_call, work.calls,
+             work.llm, draws.overhead, work.tool, work.setup, work.reward, work.steps]
+        )  # fmt: skip
 
     # ------------------------------------------------------------ drivers
     def run(self) -> Records:
         pol, n = self.scn.policy, self.work.n
         if self.scn.arrivals.kind == "poisson":
             gaps = stream(self.scn.seed, self.rep, "arrivals").exponential(1.0 / self.scn.arrivals.rate, n)
-            self.rec.arrival[:] = np.cumsum(gaps)
+            self.arrival[:] = np.cumsum(gaps)
         if pol.warm_pool:
             self.fleet.start_pool(pol.warm_pool)
         if pol.mode == "sync":
@@ -70,7 +91,11 @@ class Cell:
             main = self.env.process(self._workers(iter(range(n)), self.concurrency))
         self.env.run(until=main)
         self.fleet.close_pool(self.env.now)
-        return self.rec
+        cols = dict(zip(_OUT, self._out.T))
+        ints = {"attempts": np.int8, "status": np.int8, "warm": bool, "steps_done": np.int32}
+        return Records(
+            arrival=self.arrival, **{k: v.astype(ints.get(k, np.float64)) for k, v in cols.items()}
+        )
 
     def _workers(self, todo, count: int):
         yield self.env.all_of([self.env.process(self._worker(todo)) for _ in range(count)])
@@ -79,20 +104,18 @@ class Cell:
         n = self.work.n
         for lo in range(0, n, batch):
             hi = min(lo + batch, n)
-            ready = self.rec.arrival[hi - 1]  # a batch starts once all its members have arrived
+            ready = self.arrival[hi - 1]  # a batch starts once all its members have arrived
             if ready > self.env.now:
                 yield self.env.timeout(ready - self.env.now)
             for i in range(lo, hi):
-                self.rec.arrival[i] = (
-                    self.env.now if self.scn.arrivals.kind == "batch" else self.rec.arrival[i]
-                )
+                self.arrival[i] = self.env.now if self.scn.arrivals.kind == "batch" else self.arrival[i]
             yield from self._workers(iter(range(lo, hi)), min(self.concurrency, hi - lo))
 
     def _worker(self, todo):
+        env, arrival, timed = self.env, self.arrival, self.scn.arrivals.kind == "poisson"
         for i in todo:
-            wait = self.rec.arrival[i] - self.env.now
-            if wait > 0:
-                yield self.env.timeout(wait)
+            if timed and arrival[i] > env.now:
+                yield env.timeout(arrival[i] - env.now)
             yield from self.trajectory(i)
             self._done += 1
             if self.progress is not None and self._done % 4096 == 0:
@@ -100,55 +123,54 @@ class Cell:
 
     # ------------------------------------------------------------ one trajectory
     def trajectory(self, i: int):
-        env, rec, sub, fleet, d = self.env, self.rec, self.sub, self.fleet, self.draws
+        env, sub, fleet = self.env, self.sub, self.fleet
         retries, backoff = self.scn.policy.retries, self.scn.policy.retry_backoff
         min_bill = sub.billing.minimum_seconds
-        rec.start[i] = env.now
-        deadline = env.now + (self.scn.policy.timeout or math.inf)
-        attempt = 0
+        cold0, warm0, td0, fail_create0, fail_call0, calls = self._inputs[i, :6].tolist()
+        start = env.now
+        deadline = start + (self.scn.policy.timeout or math.inf)
+        attempt, waited_all, worker, sandbox, llm_all, steps, warm_hit = 0, 0.0, 0.0, 0.0, 0.0, 0, False
         while True:
             attempt += 1
             first = attempt == 1
             warm = fleet.claim_warm()
             if warm is not None:
                 host, billed = warm
-                latency = float(d.warm[i] if first else sub.warm_start.sample(self.rng, 1)[0])
+                latency = warm0 if first else float(sub.warm_start.sample(self.rng, 1)[0])
                 yield env.timeout(latency)
                 billed += latency
-                rec.warm[i] = True
+                warm_hit = True
             else:
-                base = float(d.cold[i] if first else sub.cold_start.sample(self.rng, 1)[0])
-                fails = bool(d.fail_create[i] if first else self.rng.random() < sub.failures.create)
+                base = cold0 if first else float(sub.cold_start.sample(self.rng, 1)[0])
+                fails = bool(fail_create0) if first else self.rng.random() < sub.failures.create
                 host, waited, latency = yield from fleet.create(base, fails)
-                rec.acquire_wait[i] += waited
-                rec.warm[i] = False
+                waited_all += waited
+                warm_hit = False
                 billed = latency
                 if fails:
-                    rec.worker[i] += latency
-                    rec.sandbox[i] += max(latency, min_bill)
+                    worker += latency
+                    sandbox += max(latency, min_bill)
                     if attempt > retries:
                         status = FAILED
                         break
                     if backoff:
                         yield env.timeout(backoff * 2 ** (attempt - 1))
                     continue
-            rec.cold[i] = latency
-            rec.worker[i] += latency
-            calls = int(self.work.calls[i])
+            worker += latency
+            lag = latency if fleet.defer else 0.0  # a deferred create is waited with the body
             if first:
-                fail_call = int(d.fail_call[i])
+                fail_call = int(fail_call0)
             else:
-                fail_call = int(first_failure(self.rng, sub.failures.exec, np.array([calls]))[0])
-            t0 = env.now
+                fail_call = int(first_failure(self.rng, sub.failures.exec, np.array([int(calls)]))[0])
             body = self._body_steps if self.step else self._body_fast
-            status, llm, steps = yield from body(i, host, deadline, fail_call)
-            busy = env.now - t0
-            td_base = float(d.teardown[i] if first else sub.teardown.sample(self.rng, 1)[0])
-            td = yield from fleet.teardown(host, td_base)
-            rec.llm[i] += llm
-            rec.worker[i] += busy - llm + td
-            rec.sandbox[i] += max(billed + busy + td, min_bill)
-            rec.steps_done[i] = steps
+            status, llm, steps, busy = yield from body(i, host, deadline, fail_call, env.now + lag)
+            if fleet.defer:
+                lag += busy
+            td_base = td0 if first else float(sub.teardown.sample(self.rng, 1)[0])
+            td = yield from fleet.teardown(host, td_base, lag)
+            llm_all += llm
+            worker += busy - llm + td
+            sandbox += max(billed + busy + td, min_bill)
             if status == LOST:
                 if attempt > retries:
                     status = FAILED
@@ -157,53 +179,67 @@ class Cell:
                     yield env.timeout(backoff * 2 ** (attempt - 1))
                 continue
             break
-        rec.status[i] = status
-        rec.attempts[i] = attempt
-        rec.end[i] = env.now
+        self._out[i] = (
+            start,
+            env.now,
+            latency,
+            waited_all,
+            worker,
+            sandbox,
+            llm_all,
+            attempt,
+            status,
+            warm_hit,
+            steps,
+        )
 
     # ------------------------------------------------------------ bodies
     def _multipliers(self, host: int) -> tuple[float, float]:
-        """Generation and exec-overhead multipliers at the current load (a fixed point)."""
+        """Generation and exec-overhead multipliers at the current load (a fixed point, cached
+        per load state), with the expected share of a body spent in exec overhead."""
+        key = (self.active, self.fleet.bodies[host], self.fleet.ops[host])
+        hit = self._fixed_points.get(key)
+        if hit is None:
+            hit = self._fixed_points[key] = self._solve(*key)
+        x_l, x_e, self.fleet.exec_share = hit
+        return x_l, x_e
+
+    def _solve(self, others: int, on_host: int, in_flight: int) -> tuple[float, float, float]:
         inf, f_e = self.scn.cluster.inference, self.fleet.factor["exec"]
         s_l = inf.slowdown if inf else 0.0
-        if s_l == 0 and not self.sub.contention.exec:
-            return 1.0, 1.0
-        others = self.active  # bodies already running, excluding this one
-        on_host = self.fleet.bodies[host]
-        creates = self.fleet.ops[host]
         L, O, R = self._L, self._O, self._R
         x_l = x_e = 1.0
-        for _ in range(30):
+        for _ in range(100):
             total = L * x_l + O * x_e + R
             nx_l = 1.0 + s_l * others * (L * x_l / total) / (inf.engines if inf else 1)
-            nx_e = f_e(1.0 + on_host * (O * x_e / total) + creates)
+            nx_e = f_e(1.0 + on_host * (O * x_e / total) + in_flight)
             if abs(nx_l - x_l) < 1e-9 and abs(nx_e - x_e) < 1e-9:
                 break
             x_l, x_e = nx_l, nx_e
-        self.fleet.exec_share = O * x_e / (L * x_l + O * x_e + R)
-        return x_l, x_e
+        return x_l, x_e, O * x_e / (L * x_l + O * x_e + R)
 
-    def _body_fast(self, i: int, host: int, deadline: float, fail_call: int):
-        w, d, env = self.work, self.draws, self.env
-        x_l, x_e = self._multipliers(host)
-        llm = w.llm[i] * x_l
-        steps_part = llm + d.overhead[i] * x_e + w.tool[i]
+    def _body_fast(self, i: int, host: int, deadline: float, fail_call: int, t0: float):
+        """One timeout for the whole body (none when the fleet defers: the caller waits it)."""
+        calls, llm, over, tool, setup, reward, steps = self._inputs[i, 5:].tolist()
+        x_l, x_e = self._multipliers(host) if self._loaded else (1.0, 1.0)
+        llm *= x_l
+        steps_part = llm + over * x_e + tool
         frac, status = 1.0, OK
         if fail_call:
-            frac, status = (fail_call - 1) / w.calls[i], LOST
-        dur = w.setup[i] + steps_part * frac + (w.reward[i] if status == OK else 0.0)
-        if env.now + dur > deadline:
-            cut = max(deadline - env.now, 0.0)
+            frac, status = (fail_call - 1) / calls, LOST
+        dur = setup + steps_part * frac + (reward if status == OK else 0.0)
+        if t0 + dur > deadline:
+            cut = max(deadline - t0, 0.0)
             frac *= cut / dur if dur > 0 else 0.0
             dur, status = cut, TIMEOUT
-        self.fleet.bodies[host] += 1
-        self.active += 1
-        self.gen_start[i], self.gen_end[i] = env.now, env.now + dur
-        self.gen_share[i] = llm / steps_part if steps_part > 0 else 0.0
-        yield env.timeout(dur)
-        self.fleet.bodies[host] -= 1
-        self.active -= 1
-        return status, float(llm * frac), int(w.steps[i] * frac)
+        self._gen[i] = (t0, t0 + dur, llm / steps_part if steps_part > 0 else 0.0)
+        if not self.fleet.defer:
+            self.fleet.bodies[host] += 1
+            self.active += 1
+            yield self.env.timeout(dur)
+            self.fleet.bodies[host] -= 1
+            self.active -= 1
+        return status, llm * frac, int(steps * frac), dur
 
     def _until(self, dur: float, deadline: float):
         """Wait ``dur`` or until the deadline; True when the wait completed."""
@@ -214,7 +250,12 @@ class Cell:
         yield self.env.timeout(dur)
         return True
 
-    def _body_steps(self, i: int, host: int, deadline: float, fail_call: int):
+    def _body_steps(self, i: int, host: int, deadline: float, fail_call: int, t_begin: float):
+        _w, _d, env, _fleet, _tier = self.work, self.draws, self.env, self.fleet, self.tier
+        out = yield from self._steps(i, host, deadline, fail_call)
+        return (*out, env.now - t_begin)
+
+    def _steps(self, i: int, host: int, deadline: float, fail_call: int):
         w, d, env, fleet, tier = self.work, self.draws, self.env, self.fleet, self.tier
         f_e = fleet.factor["exec"]
         llm, steps = 0.0, 0
@@ -255,11 +296,12 @@ class Cell:
             return 0.0
         if self.step:
             return self.tier.busy_seconds
-        end = float(self.gen_end.max()) if self.work.n else 0.0
+        start, stop, share = self._gen.T
+        end = float(stop.max()) if self.work.n else 0.0
         if end <= 0:
             return 0.0
         edges = np.linspace(0.0, end, bins + 1)
-        area = _ramp(edges, self.gen_start, self.gen_share) - _ramp(edges, self.gen_end, self.gen_share)
+        area = _ramp(edges, start, share) - _ramp(edges, stop, share)
         width = edges[1] - edges[0]
         load = np.maximum(np.diff(area) / width, 0.0)  # mean generating requests per bin
         return float(expected_busy_engines(load, inf.engines).sum() * width)
