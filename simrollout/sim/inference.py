@@ -39,8 +39,11 @@ class InferenceTier:
 
 
 def expected_busy_engines(load: np.ndarray, engines: int) -> np.ndarray:
-    """E[min(engines, K)] for K ~ Poisson(load): engines busy when ``load`` requests generate."""
+    """E[min(engines, K)] for K ~ Poisson(load): engines busy when ``load`` requests generate.
+
+    Uses sum_{k<E} k p(k) = load x F(E-2), so E[min(E, K)] = load F(E-2) + E (1 - F(E-1)).
+    """
     from scipy import stats
 
-    j = np.arange(1, engines + 1)
-    return stats.poisson.sf(j[None, :] - 1, np.asarray(load)[:, None]).sum(axis=1)
+    load = np.asarray(load, dtype=float)
+    return load * stats.poisson.cdf(engines - 2, load) + engines * stats.poisson.sf(engines - 1, load)
