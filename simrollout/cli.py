@@ -35,8 +35,6 @@ def run(
     address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from .api import override
     from .report import print_table, write_results
     from .runner import run_scenario
@@ -47,15 +45,7 @@ def run(
     if over:
         scn = override(scn, over)
     out = out or Path("results") / scn.name
-    with Progress(
-        TextColumn("[bold]simulating"),
-        BarColumn(),
-        TextColumn("{task.percentage:>3.0f}%"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as bar:
+    with _progress_bar() as bar:
         task = bar.add_task("run", total=1.0)
         result = run_scenario(
             scn,

@@ -25,11 +25,6 @@ class Records:
     warm: np.ndarray  # bool: last attempt was a warm-pool hit
     steps_done: np.ndarray  # int32: steps completed in the last attempt
 
-    @classmethod
-    def empty(cls, n: int) -> Records:
-        ints = {"attempts": np.int8, "status": np.int8, "warm": bool, "steps_done": np.int32}
-        return cls(**{f.name: np.zeros(n, dtype=ints.get(f.name, np.float64)) for f in fields(cls)})
-
     @property
     def duration(self) -> np.ndarray:
         return self.end - self.start
