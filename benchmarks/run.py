@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from simrollout.runner import run_scenario  # noqa: E402
 from simrollout.scenario import load_scenario, scenario_from_dict  # noqa: E402
+from simrollout.sweeps import base_dict  # noqa: E402
 
 
 def measure(cmd: list[str]) -> tuple[float, float]:
@@ -155,8 +156,7 @@ def scaling(sizes: list[int]) -> list[dict]:
     for n in sizes:
         with tempfile.TemporaryDirectory() as d:
             p = Path(d) / "s.yaml"
-            scn = load_scenario(ROOT / "scenarios/1m_150step.yaml")
-            data = scn.model_dump(by_alias=True, exclude_none=True)
+            data = base_dict(load_scenario(ROOT / "scenarios/1m_150step.yaml"))
             data["workload"]["trajectories"] = n
             data["substrates"] = data["substrates"][:1]
             import yaml
@@ -175,15 +175,22 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     n_cmp = 2_000 if args.quick else 20_000
-    result = {
-        "machine": {"cpus": psutil.cpu_count(), "mem_gb": round(psutil.virtual_memory().total / 2**30)},
-        "step_engine": step_engine_rate(),
-        "fidelity_uncontended": fidelity_comparison(n_cmp, saturated=False),
-        "fidelity_saturated": fidelity_comparison(n_cmp, saturated=True),
+    sections = {
+        "machine": lambda: {
+            "cpus": psutil.cpu_count(),
+            "mem_gb": round(psutil.virtual_memory().total / 2**30),
+        },
+        "step_engine": step_engine_rate,
+        "fidelity_uncontended": lambda: fidelity_comparison(n_cmp, saturated=False),
+        "fidelity_saturated": lambda: fidelity_comparison(n_cmp, saturated=True),
     }
     if not args.quick:
-        result["headline"] = headline(args.repeat)
-        result["scaling_one_substrate"] = scaling([100_000, 1_000_000, 10_000_000])
+        sections["headline"] = lambda: headline(args.repeat)
+        sections["scaling_one_substrate"] = lambda: scaling([100_000, 1_000_000, 10_000_000])
+    result = {}
+    for name, fn in sections.items():
+        result[name] = fn()
+        print(json.dumps({name: result[name]}), flush=True)  # each section as soon as it is measured
     print(json.dumps(result, indent=2))
 
 
