@@ -30,7 +30,7 @@ def run(
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Processes (default: all cores)."),
     seed: int | None = typer.Option(None, help="Override the scenario's seed."),
     fidelity: str | None = typer.Option(None, help="Override fidelity: step, trajectory or auto."),
-    no_records: bool = typer.Option(False, "--no-records", help="Skip per-trajectory Parquet and plots."),
+    no_records: bool = typer.Option(False, "--no-records", help="Skip the per-trajectory Parquet files."),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
 ) -> None:
@@ -50,7 +50,8 @@ def run(
         result = run_scenario(
             scn,
             jobs=jobs,
-            keep_records=not no_records,
+            keep_records=False,
+            records_dir=None if no_records else out / "trajectories",
             progress=lambda done, total: bar.update(task, completed=done / total),
             executor=executor,
             address=address,

@@ -8,8 +8,10 @@ import os
 import queue
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 from .errors import InputError
+from .records_io import sink_for
 from .runner import CellKey, RunResult, assemble, cell_keys, run_cell, work_for
 from .scenario import Scenario
 
@@ -20,9 +22,18 @@ _TICK = 4096  # trajectories between progress reports
 _SHARED: dict = {}
 
 
-def _local_task(i: int, key: CellKey, keep: bool):
+def _cell(scn: Scenario, key: CellKey, keep: bool, records_dir, progress=None):
+    sink = sink_for(records_dir, scn, key)
+    try:
+        return run_cell(scn, key, keep, progress=progress, sink=sink)
+    finally:
+        if sink is not None:
+            sink.close()
+
+
+def _local_task(i: int, key: CellKey, keep: bool, records_dir):
     q = _SHARED.get("queue")
-    summary, rec = run_cell(_SHARED["scenarios"][i], key, keep, progress=q.put if q is not None else None)
+    summary, rec = _cell(_SHARED["scenarios"][i], key, keep, records_dir, q.put if q is not None else None)
     if q is not None:
         q.put(_SHARED["scenarios"][i].workload.trajectories % _TICK)
     return i, key, summary, rec
@@ -35,15 +46,18 @@ def run_many(
     keep_records: bool = True,
     progress: Callable[[int, int], None] | None = None,
     address: str | None = None,
+    records_dir: Path | None = None,
 ) -> list[RunResult]:
-    """Run every cell of every scenario; ``progress(done, total)`` counts trajectories."""
+    """Run every cell of every scenario; ``progress(done, total)`` counts trajectories.
+
+    ``records_dir``: each cell streams its per-trajectory records to a Parquet file there."""
     if executor not in EXECUTORS:
         raise InputError(f"--executor: expected one of {list(EXECUTORS)}, got '{executor}'.")
     tasks = [(i, k) for i, s in enumerate(scenarios) for k in cell_keys(s)]
     total = sum(scenarios[i].workload.trajectories for i, _ in tasks)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     if executor == "ray":
-        out = _run_ray(scenarios, tasks, keep_records, progress, total, address)
+        out = _run_ray(scenarios, tasks, keep_records, progress, total, address, records_dir)
     elif executor == "serial" or jobs == 1:
         done = [0]
 
@@ -52,16 +66,16 @@ def run_many(
             if progress is not None:
                 progress(done[0], total)
 
-        out = [(i, k, *run_cell(scenarios[i], k, keep_records, progress=tick)) for i, k in tasks]
+        out = [(i, k, *_cell(scenarios[i], k, keep_records, records_dir, tick)) for i, k in tasks]
     else:
-        out = _run_local(scenarios, tasks, keep_records, progress, total, jobs)
+        out = _run_local(scenarios, tasks, keep_records, progress, total, jobs, records_dir)
     per: list[list] = [[] for _ in scenarios]
     for i, key, summary, rec in out:
         per[i].append((key, summary, rec))
     return [assemble(s, r) for s, r in zip(scenarios, per)]
 
 
-def _run_local(scenarios, tasks, keep, progress, total, jobs):
+def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     _SHARED.update(scenarios=scenarios, queue=q)
@@ -72,7 +86,7 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs):
     done = 0
     try:
         with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            futures = [pool.submit(_local_task, i, k, keep) for i, k in tasks]
+            futures = [pool.submit(_local_task, i, k, keep, records_dir) for i, k in tasks]
             while not all(f.done() for f in futures):
                 try:
                     done += q.get(timeout=0.2)
@@ -85,11 +99,11 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs):
         _SHARED.clear()
 
 
-def _ray_cell(data: dict, key: CellKey, keep: bool):
-    return run_cell(Scenario.model_validate(data), key, keep)
+def _ray_cell(data: dict, key: CellKey, keep: bool, records_dir):
+    return _cell(Scenario.model_validate(data), key, keep, records_dir)
 
 
-def _run_ray(scenarios, tasks, keep, progress, total, address):
+def _run_ray(scenarios, tasks, keep, progress, total, address, records_dir):
     try:
         import ray
     except ImportError:
@@ -101,7 +115,7 @@ def _run_ray(scenarios, tasks, keep, progress, total, address):
     try:
         remote = ray.remote(_ray_cell)
         data = [s.model_dump(mode="json", by_alias=True, exclude_none=True) for s in scenarios]
-        refs = {remote.remote(data[i], k, keep): (i, k) for i, k in tasks}
+        refs = {remote.remote(data[i], k, keep, records_dir): (i, k) for i, k in tasks}
         out, done, pending = [], 0, list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)

@@ -12,14 +12,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from . import __version__  # noqa: E402
-from .runner import RunResult  # noqa: E402
-from .sim.records import STATUS  # noqa: E402
+from .runner import CDF_LEVELS, RunResult  # noqa: E402
 
 TABLE = [
     ("substrate", "substrate", "{}"),
@@ -63,7 +60,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
 
 
 def write_results(result: RunResult, out: Path) -> list[Path]:
-    """Write summary.csv/json, cells.csv, trajectories.parquet and plots into ``out``."""
+    """Write summary.csv/json, cells.csv and plots into ``out`` (per-trajectory records are
+    streamed to ``out/trajectories/`` by the run itself)."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "summary.csv", out / "cells.csv", out / "summary.json"]
     result.summary.to_csv(written[0], index=False)
@@ -76,41 +74,7 @@ def write_results(result: RunResult, out: Path) -> list[Path]:
         "summary": json.loads(result.summary.to_json(orient="records")),
     }
     written[2].write_text(json.dumps(meta, indent=2))
-    if result.records:
-        written.append(_write_records(result, out / "trajectories.parquet"))
-        written += plot_run(result, out)
-    return written
-
-
-def _write_records(result: RunResult, path: Path) -> Path:
-    writer = None
-    try:
-        for key, rec in result.records.items():
-            cols = {
-                "substrate": pa.array(
-                    [result.scenario.substrates[key.substrate].name] * rec.status.size
-                ).dictionary_encode(),
-                "concurrency": np.full(rec.status.size, key.concurrency, dtype=np.int32),
-                "replication": np.full(rec.status.size, key.replication, dtype=np.int16),
-                "trajectory": np.arange(rec.status.size, dtype=np.int64),
-                **rec.as_dict(),
-                "duration": rec.duration,
-            }
-            cols["status"] = pd.Categorical.from_codes(rec.status, list(STATUS.values()))
-            table = pa.table({k: pa.array(v) if not isinstance(v, pa.Array) else v for k, v in cols.items()})
-            if writer is None:
-                writer = pq.ParquetWriter(path, table.schema)
-            writer.write_table(table)
-    finally:
-        if writer is not None:
-            writer.close()
-    return path
-
-
-def _by_substrate(result: RunResult, level: int):
-    for key, rec in result.records.items():
-        if key.replication == 0 and key.concurrency == level:
-            yield result.scenario.substrates[key.substrate].name, rec
+    return written + plot_run(result, out)
 
 
 def plot_run(result: RunResult, out: Path) -> list[Path]:
@@ -120,11 +84,10 @@ def plot_run(result: RunResult, out: Path) -> list[Path]:
     levels = result.scenario.cluster.levels
     level = levels[-1]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    q = np.linspace(0, 1, 2001)
-    for name, rec in _by_substrate(result, level):
-        d = rec.duration[rec.duration > 0]
-        if d.size:
-            ax.plot(np.quantile(d, q), q, label=name)
+    for key, durations in result.cdf.items():
+        if key.replication == 0 and key.concurrency == level:
+            keep = durations > 0
+            ax.plot(durations[keep], CDF_LEVELS[keep], label=result.scenario.substrates[key.substrate].name)
     ax.set_xscale("log")
     ax.set_xlabel("trajectory duration (s, log scale)")
     ax.set_ylabel("fraction of trajectories")

@@ -14,13 +14,14 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from .metrics import aggregate, summarize
 from .scenario import Scenario
 from .sim.model import Cell
 from .sim.records import Records
-from .workload import SubstrateDraws, Work, draw_substrate, draw_work
+from .workload import Work, draw_work
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,13 @@ class RunResult:
     cells: pd.DataFrame  # one row per (substrate, concurrency, replication)
     summary: pd.DataFrame  # mean (and ci95) over replications
     records: dict[CellKey, Records] = field(default_factory=dict)
+    cdf: dict[CellKey, np.ndarray] = field(default_factory=dict)  # duration at CDF_LEVELS
 
 
 # Workloads and substrate draws, cached per process: a cell reuses what an earlier cell of the
 # same workload drew (common random numbers; forked workers inherit what the parent drew).
 _WORK: dict[tuple, Work] = {}
-_DRAWS: dict[tuple, SubstrateDraws] = {}
+CDF_LEVELS = np.linspace(0.0, 1.0, 401)
 
 
 def _work_key(scn: Scenario, rep: int, detail: bool) -> tuple:
@@ -63,45 +65,30 @@ def work_for(scn: Scenario, rep: int, detail: bool, jobs: int = 1) -> Work:
     return _WORK[key]
 
 
-def draws_for(scn: Scenario, sub_index: int, rep: int, detail: bool) -> SubstrateDraws:
-    sub = scn.substrates[sub_index]
-    key = _work_key(scn, rep, detail) + (
-        json.dumps(sub.model_dump(mode="json", by_alias=True), sort_keys=True),
-    )
-    if key not in _DRAWS:
-        if len(_DRAWS) >= 2:
-            _DRAWS.pop(next(iter(_DRAWS)))
-        _DRAWS[key] = draw_substrate(scn, sub, rep, work_for(scn, rep, detail), detail)
-    return _DRAWS[key]
-
-
 def run_cell(
-    scn: Scenario, key: CellKey, keep: bool = True, progress: Callable[[int], None] | None = None
+    scn: Scenario,
+    key: CellKey,
+    keep: bool = True,
+    progress: Callable[[int], None] | None = None,
+    sink: Callable[[Records, int], None] | None = None,
 ) -> tuple[dict, Records | None]:
-    """Simulate one cell; returns its summary and (if ``keep``) its per-trajectory records."""
+    """Simulate one cell; returns its summary (with the duration CDF under ``"_cdf"``) and, if
+    ``keep``, its per-trajectory records. ``sink(records, first_index)`` sees every chunk."""
     fid = scn.resolved_fidelity()
-    detail = fid == "step"
     sub = scn.substrates[key.substrate]
-    cell = Cell(
-        scn,
-        sub,
-        key.concurrency,
-        key.replication,
-        work_for(scn, key.replication, detail),
-        draws_for(scn, key.substrate, key.replication, detail),
-        fid,
-        progress=progress,
-    )
+    work = work_for(scn, key.replication, fid == "step")
+    cell = Cell(scn, sub, key.concurrency, key.replication, work, fid, progress, sink, keep)
     rec = cell.run()
     summary = summarize(
-        rec,
+        cell.acc,
         scn,
         sub,
         cell.gpu_busy_seconds(),
         extra_sandbox_seconds=cell.fleet.pool_sandbox_seconds,
         peak_sandboxes=cell.fleet.peak_sandboxes,
     )
-    return summary, rec if keep else None
+    summary["_cdf"] = cell.acc.sketch["duration"].quantile(CDF_LEVELS)
+    return summary, rec
 
 
 def cell_keys(scn: Scenario) -> list[CellKey]:
@@ -114,18 +101,20 @@ def cell_keys(scn: Scenario) -> list[CellKey]:
 
 
 def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]]) -> RunResult:
-    rows = [
-        {
-            "substrate": scn.substrates[k.substrate].name,
-            "concurrency": k.concurrency,
-            "replication": k.replication,
-            **summary,
-        }
-        for k, summary, _ in results
-    ]
+    rows, cdf = [], {}
+    for k, summary, _ in results:
+        cdf[k] = summary.pop("_cdf")
+        rows.append(
+            {
+                "substrate": scn.substrates[k.substrate].name,
+                "concurrency": k.concurrency,
+                "replication": k.replication,
+                **summary,
+            }
+        )
     cells = pd.DataFrame(rows)
     records = {k: rec for k, _, rec in results if rec is not None}
-    return RunResult(scn, scn.resolved_fidelity(), cells, aggregate(cells), records)
+    return RunResult(scn, scn.resolved_fidelity(), cells, aggregate(cells), records, cdf)
 
 
 def run_scenario(
@@ -135,8 +124,9 @@ def run_scenario(
     progress: Callable[[int, int], None] | None = None,
     executor: str = "local",
     address: str | None = None,
+    records_dir=None,
 ) -> RunResult:
     """Simulate every cell of ``scn``; see :func:`simrollout.executors.run_many`."""
     from .executors import run_many
 
-    return run_many([scn], executor, jobs, keep_records, progress, address)[0]
+    return run_many([scn], executor, jobs, keep_records, progress, address, records_dir)[0]

@@ -101,7 +101,7 @@ def draw_work(scn: Scenario, rep: int, detail: bool = False, jobs: int = 1) -> W
 
 @dataclass
 class SubstrateDraws:
-    """First-attempt lifecycle draws of one substrate for every trajectory."""
+    """First-attempt lifecycle draws of one substrate for a chunk of trajectories."""
 
     overhead: np.ndarray  # sum of exec overhead over the trajectory's calls, s (unloaded)
     cold: np.ndarray
@@ -121,24 +121,22 @@ def first_failure(rng: np.random.Generator, p: float, calls: np.ndarray) -> np.n
 
 
 def draw_substrate(
-    scn: Scenario, sub: Substrate, rep: int, work: Work, detail: bool = False
+    scn: Scenario, sub: Substrate, rep: int, work: Work, chunk: int, detail: bool = False
 ) -> SubstrateDraws:
-    n = work.n
-    over, call_over = [], []
-    for c, lo in enumerate(range(0, n, CHUNK)):
-        calls = work.calls[lo : lo + CHUNK]
-        rng = stream(scn.seed, rep, "substrate", sub.name, "exec", c)
-        per_call = sub.exec_overhead.sample(rng, int(calls.sum()))
-        over.append(_sum_by(per_call, calls))
-        if detail:
-            call_over.append(per_call)
-    rng = stream(scn.seed, rep, "substrate", sub.name, "lifecycle")
+    """One chunk (trajectories ``chunk * CHUNK ...``) of a substrate's first-attempt draws."""
+    lo = chunk * CHUNK
+    calls = work.calls[lo : lo + CHUNK]
+    m = calls.size
+    per_call = sub.exec_overhead.sample(
+        stream(scn.seed, rep, "substrate", sub.name, "exec", chunk), int(calls.sum())
+    )
+    rng = stream(scn.seed, rep, "substrate", sub.name, "lifecycle", chunk)
     return SubstrateDraws(
-        overhead=np.concatenate(over),
-        cold=sub.cold_start.sample(rng, n),
-        warm=sub.warm_start.sample(rng, n),
-        teardown=sub.teardown.sample(rng, n),
-        fail_create=rng.random(n) < sub.failures.create,
-        fail_call=first_failure(rng, sub.failures.exec, work.calls),
-        call_overhead=np.concatenate(call_over) if detail else None,
+        overhead=_sum_by(per_call, calls),
+        cold=sub.cold_start.sample(rng, m),
+        warm=sub.warm_start.sample(rng, m),
+        teardown=sub.teardown.sample(rng, m),
+        fail_create=rng.random(m) < sub.failures.create,
+        fail_call=first_failure(rng, sub.failures.exec, calls),
+        call_overhead=per_call if detail else None,
     )

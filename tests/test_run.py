@@ -92,7 +92,7 @@ def test_cli_run_writes_the_results_folder(tmp_path, root):
     assert "docker" in r.stdout and "hosted" in r.stdout
     summary = pd.read_csv(out / "summary.csv")
     assert set(summary.substrate) == {"docker", "hosted"} and len(summary) == 4
-    traj = pd.read_parquet(out / "trajectories.parquet")
+    traj = pd.read_parquet(out / "trajectories")
     assert len(traj) == 4 * 2000
     assert (traj.end >= traj.start).all()
     for png in ["duration_cdf.png", "worker_hours_cost.png", "concurrency.png"]:

@@ -15,9 +15,10 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
+from ..metrics import Accumulator
 from ..rng import stream
 from ..scenario import Scenario, Substrate
-from ..workload import SubstrateDraws, Work, first_failure
+from ..workload import CHUNK, SubstrateDraws, Work, draw_substrate, first_failure
 from .fleet import Fleet
 from .inference import InferenceTier, expected_busy_engines
 from .records import FAILED, OK, TIMEOUT, Records
@@ -38,7 +39,20 @@ _OUT = (
 )
 
 
+class _Chunk:
+    """Inputs and outputs of one chunk of trajectories while any of them is in flight."""
+
+    def __init__(self, lo: int, inputs: np.ndarray, draws: SubstrateDraws, arrival: np.ndarray):
+        self.lo, self.inputs, self.draws, self.arrival = lo, inputs, draws, arrival
+        self.out = np.zeros((len(inputs), len(_OUT)))
+        self.gen = np.zeros((len(inputs), 3))  # body start, end, generating share (GPU estimate)
+        self.left = len(inputs)
+
+
 class Cell:
+    """One cell. Trajectories are loaded a chunk at a time and each finished chunk is folded into
+    :attr:`acc` (and handed to ``sink``, or kept when ``keep``), so memory does not grow with N."""
+
     def __init__(
         self,
         scn: Scenario,
@@ -46,11 +60,12 @@ class Cell:
         concurrency: int,
         rep: int,
         work: Work,
-        draws: SubstrateDraws,
         fidelity: str,
         progress: Callable[[int], None] | None = None,
+        sink: Callable[[Records, int], None] | None = None,
+        keep: bool = False,
     ):
-        self.scn, self.sub, self.work, self.draws = scn, sub, work, draws
+        self.scn, self.sub, self.work = scn, sub, work
         self.concurrency, self.rep = concurrency, rep
         self.step = fidelity == "step"
         self.env = simpy.Environment()
@@ -60,29 +75,59 @@ class Cell:
         defer = not self.step and not self._loaded
         self.fleet = Fleet(self.env, sub, self.rng, most=concurrency + scn.policy.warm_pool, defer=defer)
         self.tier = InferenceTier(self.env, scn.cluster.inference)
-        self.arrival = np.zeros(work.n)
-        self._out = np.zeros((work.n, len(_OUT)))
-        self._gen = np.zeros((work.n, 3))  # body start, end, generating share (GPU estimate)
+        self.acc = Accumulator()
+        self.sink, self.keep, self.kept = sink, keep, []
         self.active = 0
         self.progress = progress
         self._done = 0
+        self._chunks: dict[int, _Chunk] = {}
+        self._last_arrival = 0.0  # of the latest chunk whose arrivals were drawn
         # population means for the trajectory-fidelity load fixed point
+        first = self._chunk(0)
         self._L = float(work.llm.mean())
-        self._O = float(draws.overhead.mean())
+        self._O = float(first.draws.overhead.mean())
         self._R = float((work.tool + work.setup + work.reward).mean())
         self._fixed_points: dict[tuple, tuple[float, float, float]] = {}
-        # per-trajectory inputs as one row each (one read per trajectory, not one per field)
-        self._inputs = np.column_stack(
-            [draws.cold, draws.warm, draws.teardown, draws.fail_create, draws.fail_call, work.calls,
-             work.llm, draws.overhead, work.tool, work.setup, work.reward, work.steps]
-        )  # fmt: skip
+
+    def _chunk(self, c: int) -> _Chunk:
+        """The chunk's state, drawn when its first trajectory is needed."""
+        st = self._chunks.get(c)
+        if st is None:
+            w, lo = self.work, c * CHUNK
+            d = draw_substrate(self.scn, self.sub, self.rep, w, c, detail=self.step)
+            sl = slice(lo, lo + len(d.cold))
+            inputs = np.column_stack(
+                [d.cold, d.warm, d.teardown, d.fail_create, d.fail_call, w.calls[sl],
+                 w.llm[sl], d.overhead, w.tool[sl], w.setup[sl], w.reward[sl], w.steps[sl]]
+            )  # fmt: skip
+            arrival = np.zeros(len(inputs))
+            if self.scn.arrivals.kind == "poisson":
+                gaps = stream(self.scn.seed, self.rep, "arrivals", c).exponential(
+                    1.0 / self.scn.arrivals.rate, len(inputs)
+                )
+                arrival = self._last_arrival + np.cumsum(gaps)
+                self._last_arrival = float(arrival[-1])
+            st = self._chunks[c] = _Chunk(lo, inputs, d, arrival)
+        return st
+
+    def arrival(self, i: int) -> float:
+        return float(self._chunk(i // CHUNK).arrival[i % CHUNK])
+
+    def _finish(self, c: int) -> None:
+        st = self._chunks.pop(c)
+        cols = dict(zip(_OUT, st.out.T))
+        ints = {"attempts": np.int8, "status": np.int8, "warm": bool, "steps_done": np.int32}
+        rec = Records(arrival=st.arrival, **{k: v.astype(ints.get(k, np.float64)) for k, v in cols.items()})
+        self.acc.add(rec, None if self.step else st.gen)
+        if self.sink is not None:
+            self.sink(rec, st.lo)
+        if self.keep:
+            self.kept.append(rec)
 
     # ------------------------------------------------------------ drivers
-    def run(self) -> Records:
+    def run(self) -> Records | None:
+        """Simulate; returns the per-trajectory records when ``keep``, else None (see ``acc``)."""
         pol, n = self.scn.policy, self.work.n
-        if self.scn.arrivals.kind == "poisson":
-            gaps = stream(self.scn.seed, self.rep, "arrivals").exponential(1.0 / self.scn.arrivals.rate, n)
-            self.arrival[:] = np.cumsum(gaps)
         if pol.warm_pool:
             self.fleet.start_pool(pol.warm_pool)
         if pol.mode == "sync":
@@ -91,31 +136,31 @@ class Cell:
             main = self.env.process(self._workers(iter(range(n)), self.concurrency))
         self.env.run(until=main)
         self.fleet.close_pool(self.env.now)
-        cols = dict(zip(_OUT, self._out.T))
-        ints = {"attempts": np.int8, "status": np.int8, "warm": bool, "steps_done": np.int32}
-        return Records(
-            arrival=self.arrival, **{k: v.astype(ints.get(k, np.float64)) for k, v in cols.items()}
-        )
+        if not self.keep:
+            return None
+        return Records(**{f: np.concatenate([getattr(r, f) for r in self.kept]) for f in Records.fields()})
 
     def _workers(self, todo, count: int):
         yield self.env.all_of([self.env.process(self._worker(todo)) for _ in range(count)])
 
     def _sync(self, batch: int):
-        n = self.work.n
+        n, timed = self.work.n, self.scn.arrivals.kind == "poisson"
         for lo in range(0, n, batch):
             hi = min(lo + batch, n)
-            ready = self.arrival[hi - 1]  # a batch starts once all its members have arrived
+            ready = self.arrival(hi - 1)  # a batch starts once all its members have arrived
             if ready > self.env.now:
                 yield self.env.timeout(ready - self.env.now)
-            for i in range(lo, hi):
-                self.arrival[i] = self.env.now if self.scn.arrivals.kind == "batch" else self.arrival[i]
+            if not timed:  # all were ready at t=0; a batch member waits from its batch's start
+                for c in range(lo // CHUNK, (hi - 1) // CHUNK + 1):
+                    st = self._chunk(c)
+                    st.arrival[max(lo - st.lo, 0) : hi - st.lo] = self.env.now
             yield from self._workers(iter(range(lo, hi)), min(self.concurrency, hi - lo))
 
     def _worker(self, todo):
-        env, arrival, timed = self.env, self.arrival, self.scn.arrivals.kind == "poisson"
+        env, timed = self.env, self.scn.arrivals.kind == "poisson"
         for i in todo:
-            if timed and arrival[i] > env.now:
-                yield env.timeout(arrival[i] - env.now)
+            if timed and self.arrival(i) > env.now:
+                yield env.timeout(self.arrival(i) - env.now)
             yield from self.trajectory(i)
             self._done += 1
             if self.progress is not None and self._done % 4096 == 0:
@@ -126,7 +171,8 @@ class Cell:
         env, sub, fleet = self.env, self.sub, self.fleet
         retries, backoff = self.scn.policy.retries, self.scn.policy.retry_backoff
         min_bill = sub.billing.minimum_seconds
-        cold0, warm0, td0, fail_create0, fail_call0, calls = self._inputs[i, :6].tolist()
+        st = self._chunk(i // CHUNK)
+        cold0, warm0, td0, fail_create0, fail_call0, calls = st.inputs[i - st.lo, :6].tolist()
         start = env.now
         deadline = start + (self.scn.policy.timeout or math.inf)
         attempt, waited_all, worker, sandbox, llm_all, steps, warm_hit = 0, 0.0, 0.0, 0.0, 0.0, 0, False
@@ -179,7 +225,7 @@ class Cell:
                     yield env.timeout(backoff * 2 ** (attempt - 1))
                 continue
             break
-        self._out[i] = (
+        row = (
             start,
             env.now,
             latency,
@@ -191,7 +237,11 @@ class Cell:
             status,
             warm_hit,
             steps,
-        )
+        )  # noqa: E501
+        st.out[i - st.lo] = row
+        st.left -= 1
+        if st.left == 0:
+            self._finish(i // CHUNK)
 
     # ------------------------------------------------------------ bodies
     def _multipliers(self, host: int) -> tuple[float, float]:
@@ -220,7 +270,8 @@ class Cell:
 
     def _body_fast(self, i: int, host: int, deadline: float, fail_call: int, t0: float):
         """One timeout for the whole body (none when the fleet defers: the caller waits it)."""
-        calls, llm, over, tool, setup, reward, steps = self._inputs[i, 5:].tolist()
+        st = self._chunks[i // CHUNK]
+        calls, llm, over, tool, setup, reward, steps = st.inputs[i - st.lo, 5:].tolist()
         x_l, x_e = self._multipliers(host) if self._loaded else (1.0, 1.0)
         llm *= x_l
         steps_part = llm + over * x_e + tool
@@ -232,7 +283,7 @@ class Cell:
             cut = max(deadline - t0, 0.0)
             frac *= cut / dur if dur > 0 else 0.0
             dur, status = cut, TIMEOUT
-        self._gen[i] = (t0, t0 + dur, llm / steps_part if steps_part > 0 else 0.0)
+        st.gen[i - st.lo] = (t0, t0 + dur, llm / steps_part if steps_part > 0 else 0.0)
         if not self.fleet.defer:
             self.fleet.bodies[host] += 1
             self.active += 1
@@ -251,12 +302,14 @@ class Cell:
         return True
 
     def _body_steps(self, i: int, host: int, deadline: float, fail_call: int, t_begin: float):
-        _w, _d, env, _fleet, _tier = self.work, self.draws, self.env, self.fleet, self.tier
         out = yield from self._steps(i, host, deadline, fail_call)
-        return (*out, env.now - t_begin)
+        return (*out, self.env.now - t_begin)
 
     def _steps(self, i: int, host: int, deadline: float, fail_call: int):
-        w, d, env, fleet, tier = self.work, self.draws, self.env, self.fleet, self.tier
+        w, env, fleet, tier = self.work, self.env, self.fleet, self.tier
+        st = self._chunks[i // CHUNK]
+        overhead = st.draws.call_overhead
+        first_call = int(w.call_off[st.lo])  # calls are numbered from the chunk's first
         f_e = fleet.factor["exec"]
         llm, steps = 0.0, 0
         if w.setup[i] and not (yield from self._until(w.setup[i], deadline)):
@@ -276,7 +329,7 @@ class Cell:
                 if k == fail_call:
                     return LOST, llm, steps
                 fleet.ops[host] += 1
-                over = d.call_overhead[call] * f_e(fleet.ops[host])
+                over = overhead[call - first_call] * f_e(fleet.ops[host])
                 ok = yield from self._until(over, deadline)
                 fleet.ops[host] -= 1
                 if not ok or not (yield from self._until(w.call_tool[call], deadline)):
@@ -288,7 +341,7 @@ class Cell:
         return OK, llm, steps
 
     # ------------------------------------------------------------ GPU
-    def gpu_busy_seconds(self, bins: int = 4096) -> float:
+    def gpu_busy_seconds(self) -> float:
         """Engine busy time: exact in step fidelity; in trajectory fidelity, engines busy under
         Poisson occupancy at the time-binned number of generating requests."""
         inf = self.scn.cluster.inference
@@ -296,22 +349,5 @@ class Cell:
             return 0.0
         if self.step:
             return self.tier.busy_seconds
-        start, stop, share = self._gen.T
-        end = float(stop.max()) if self.work.n else 0.0
-        if end <= 0:
-            return 0.0
-        edges = np.linspace(0.0, end, bins + 1)
-        area = _ramp(edges, start, share) - _ramp(edges, stop, share)
-        width = edges[1] - edges[0]
-        load = np.maximum(np.diff(area) / width, 0.0)  # mean generating requests per bin
-        return float(expected_busy_engines(load, inf.engines).sum() * width)
-
-
-def _ramp(edges: np.ndarray, t: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """sum_i w_i * max(edge - t_i, 0) at every edge, in O(n log n)."""
-    order = np.argsort(t, kind="stable")
-    ts, ws = t[order], w[order]
-    cw = np.concatenate([[0.0], np.cumsum(ws)])
-    cwt = np.concatenate([[0.0], np.cumsum(ws * ts)])
-    k = np.searchsorted(ts, edges, side="left")
-    return edges * cw[k] - cwt[k]
+        load, width = self.acc.load.mean_load(self.acc.end)
+        return float((expected_busy_engines(np.maximum(load, 0.0), inf.engines) * width).sum())

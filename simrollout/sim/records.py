@@ -33,5 +33,9 @@ class Records:
     def queue_wait(self) -> np.ndarray:
         return self.start - self.arrival
 
+    @classmethod
+    def fields(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
     def as_dict(self) -> dict[str, np.ndarray]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
