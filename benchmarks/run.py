@@ -133,7 +133,7 @@ def fidelity_comparison(n: int, saturated: bool) -> dict:
     res = {}
     for fid in ("step", "trajectory"):
         t0 = time.perf_counter()
-        r = run_scenario(_scenario(n, 30, engines, slowdown, 256, fid), jobs=1, keep_records=False)
+        r = run_scenario(_scenario(n, 150, engines, slowdown, 256, fid), jobs=1, keep_records=False)
         res[fid] = (time.perf_counter() - t0, r.summary.iloc[0])
     (ts, s), (tt, t) = res["step"], res["trajectory"]
     diff = {

@@ -84,18 +84,35 @@ def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.n
 
 
 def draw_work(scn: Scenario, rep: int, detail: bool = False, jobs: int = 1) -> Work:
-    """Draw every trajectory's workload for replication ``rep`` (chunks in ``jobs`` processes)."""
-    chunks = range(-(-scn.workload.trajectories // CHUNK))
+    """Draw every trajectory's workload for replication ``rep`` (chunks in ``jobs`` processes),
+    filling preallocated arrays as chunks arrive so the peak is the result plus a few chunks."""
+    n = scn.workload.trajectories
+    chunks = range(-(-n // CHUNK))
     draw = partial(_draw_chunk, scn, rep, detail)
+    kinds = {"steps": np.int32, "calls": np.int32}
+    sums = ("steps", "calls", "llm", "tool", "setup", "reward")
+    out = {k: np.empty(n, dtype=kinds.get(k, np.float64)) for k in sums}
+    details: dict[str, list] = {"step_llm": [], "step_calls": [], "call_tool": []}
+
+    def take(c: int, part: dict) -> None:
+        lo = c * CHUNK
+        for k in sums:
+            out[k][lo : lo + len(part[k])] = part[k]
+        for k in details if detail else ():
+            details[k].append(part[k])
+
     if jobs > 1 and len(chunks) > 1:
         with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
-            parts = list(pool.map(draw, chunks))
+            for c, part in zip(chunks, pool.map(draw, chunks)):
+                take(c, part)
     else:
-        parts = [draw(c) for c in chunks]
-    work = Work(**{k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
+        for c in chunks:
+            take(c, draw(c))
+    work = Work(**out)
     if detail:
-        work.step_off = np.concatenate([[0], np.cumsum(work.steps)])
-        work.call_off = np.concatenate([[0], np.cumsum(work.calls)])
+        work.step_llm, work.step_calls, work.call_tool = (np.concatenate(details[k]) for k in details)
+        work.step_off = np.concatenate([[0], np.cumsum(work.steps, dtype=np.int64)])
+        work.call_off = np.concatenate([[0], np.cumsum(work.calls, dtype=np.int64)])
     return work
 
 
