@@ -58,7 +58,8 @@ def run(
         )
     print_table(result)
     paths = write_results(result, out)
-    typer.echo(f"wrote {len(paths)} files to {out}/")
+    extra = "" if no_records else " and per-trajectory Parquet in trajectories/"
+    typer.echo(f"wrote {len(paths)} files{extra} to {out}/")
 
 
 def _progress_bar():
