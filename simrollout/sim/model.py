@@ -169,7 +169,6 @@ class Cell:
     # ------------------------------------------------------------ one trajectory
     def trajectory(self, i: int):
         env, sub, fleet = self.env, self.sub, self.fleet
-        retries, backoff = self.scn.policy.retries, self.scn.policy.retry_backoff
         min_bill = sub.billing.minimum_seconds
         st = self._chunk(i // CHUNK)
         cold0, warm0, td0, fail_create0, fail_call0, calls = st.inputs[i - st.lo, :6].tolist()
@@ -196,12 +195,10 @@ class Cell:
                 if fails:
                     worker += latency
                     sandbox += max(latency, min_bill)
-                    if attempt > retries:
-                        status = FAILED
-                        break
-                    if backoff:
-                        yield env.timeout(backoff * 2 ** (attempt - 1))
-                    continue
+                    if (yield from self._again(attempt)):
+                        continue
+                    status = FAILED
+                    break
             worker += latency
             lag = latency if fleet.defer else 0.0  # a deferred create is waited with the body
             if first:
@@ -218,12 +215,9 @@ class Cell:
             worker += busy - llm + td
             sandbox += max(billed + busy + td, min_bill)
             if status == LOST:
-                if attempt > retries:
-                    status = FAILED
-                    break
-                if backoff:
-                    yield env.timeout(backoff * 2 ** (attempt - 1))
-                continue
+                if (yield from self._again(attempt)):
+                    continue
+                status = FAILED
             break
         row = (
             start,
@@ -242,6 +236,15 @@ class Cell:
         st.left -= 1
         if st.left == 0:
             self._finish(i // CHUNK)
+
+    def _again(self, attempt: int):
+        """After a failed attempt: wait the backoff and say True, or False when retries are spent."""
+        pol = self.scn.policy
+        if attempt > pol.retries:
+            return False
+        if pol.retry_backoff:
+            yield self.env.timeout(pol.retry_backoff * 2 ** (attempt - 1))
+        return True
 
     # ------------------------------------------------------------ bodies
     def _multipliers(self, host: int) -> tuple[float, float]:
