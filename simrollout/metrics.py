@@ -56,6 +56,7 @@ def summarize(
     gpu_busy_seconds: float,
     extra_sandbox_seconds: float = 0.0,
     peak_sandboxes: int = 0,
+    pool_idle_seconds: float = 0.0,
 ) -> dict[str, float]:
     n, makespan = acc.n, acc.end
     inf = scn.cluster.inference
@@ -82,6 +83,7 @@ def summarize(
         "mean_in_flight": acc.duration_sum / makespan if makespan else nan,
         "peak_sandboxes": peak_sandboxes,
         "warm_hit_fraction": acc.warm_hits / n if n else nan,
+        "warm_pool_idle_hours": pool_idle_seconds / 3600,
         "sandbox_cost_usd": sandbox_cost,
         "gpu_cost_usd": gpu_cost,
         "cost_usd": sandbox_cost + gpu_cost,

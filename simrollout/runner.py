@@ -86,6 +86,7 @@ def run_cell(
         cell.gpu_busy_seconds(),
         extra_sandbox_seconds=cell.fleet.pool_sandbox_seconds,
         peak_sandboxes=cell.fleet.peak_sandboxes,
+        pool_idle_seconds=cell.fleet.pool_idle_seconds,
     )
     summary["_cdf"] = cell.acc.sketch["duration"].quantile(CDF_LEVELS)
     return summary, rec

@@ -128,6 +128,7 @@ def test_warm_pool_hides_cold_starts_and_rate_limit_queues():
     warm = run_scenario(scenario_from_dict(d), jobs=1).summary.iloc[0]
     assert cold.acquire_wait_p99 > 1.0  # 16 creates at 2/s queue for the token
     assert warm.warm_hit_fraction > 0.3
+    assert warm.warm_pool_idle_hours > 0 and cold.warm_pool_idle_hours == 0
     assert warm.cold_start_p50 < cold.cold_start_p50
     # 400 creates at 2/s bound the run from below either way
     assert cold.makespan_hours * 3600 >= 400 / 2.0 - 1
