@@ -47,7 +47,14 @@ def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
 
 def _clean_loc(loc: tuple) -> tuple:
     # pydantic adds union-member tags ("lognormal", "function-after[...]") to locations
-    return tuple(p for p in loc if isinstance(p, int) or not ("[" in p or "(" in p or p in _DIST_KINDS))
+    return tuple(
+        p
+        for p in loc
+        if isinstance(p, int) or not ("[" in p or "(" in p or p in _DIST_KINDS or p in _TYPE_TAGS)
+    )
+
+
+_TYPE_TAGS = {"float", "int", "str", "bool", "constrained-float", "constrained-int"}
 
 
 _DIST_KINDS = {
@@ -92,6 +99,6 @@ def explain(exc: ValidationError, path: str | Path, node: yaml.Node | None = Non
         parts.append(f"{where}: {msg}")
         if len(parts) == 4:
             break
-    more = len({e["loc"] for e in exc.errors()}) - len(parts)
+    more = len({_clean_loc(e["loc"]) for e in exc.errors()}) - len(parts)
     tail = f"; and {more} more" if more > 0 else ""
     return InputError(f"{path}: invalid input. " + "; ".join(parts) + tail + ".")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -27,8 +28,6 @@ from pydantic import (
 
 from .distributions import Constant, Dist
 from .errors import InputError, explain, load_yaml
-
-Probability = Field(0.0, ge=0.0, le=1.0)
 
 
 class _Model(BaseModel):
@@ -52,12 +51,27 @@ class Workload(_Model):
     reward: Dist | None = None
 
 
-class Failures(_Model):
-    """Probability that one operation fails: a create, a tool call (sandbox lost), a teardown."""
+Chance = Annotated[float, Field(ge=0.0, le=1.0)]
+FailureRate = Chance | dict[Annotated[float, Field(ge=1)], Chance]
 
-    create: float = Probability
-    exec: float = Probability
-    teardown: float = Probability
+
+class Failures(_Model):
+    """Probability that one operation fails: a create, a tool call (sandbox lost), a teardown.
+
+    Per phase either a probability, or a measured curve ``{operations in flight: probability}``
+    (piecewise linear between the points, flat outside them).
+    """
+
+    create: FailureRate = 0.0
+    exec: FailureRate = 0.0
+    teardown: FailureRate = 0.0
+
+    def rate(self, phase: str) -> Callable[[float], float]:
+        spec = getattr(self, phase)
+        if not isinstance(spec, dict):
+            return lambda n, p=float(spec): p
+        xs, ys = zip(*sorted((float(k), float(v)) for k, v in spec.items()))
+        return lambda n: float(np.interp(n, xs, ys))
 
 
 Slowdown = NonNegativeFloat | dict[Annotated[float, Field(ge=1)], PositiveFloat]

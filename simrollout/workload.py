@@ -8,6 +8,7 @@ cold start, teardown, first failures) come from ``(seed, r, "substrate", name, .
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -124,17 +125,20 @@ class SubstrateDraws:
     cold: np.ndarray
     warm: np.ndarray
     teardown: np.ndarray
-    fail_create: np.ndarray  # bool: the first create attempt fails
-    fail_call: np.ndarray  # 1-based index of the first failing tool call; 0 = none
+    u_create: np.ndarray  # uniform: the first create fails when below the failure probability
+    u_exec: np.ndarray  # uniform: sets the first failing tool call (see first_failure)
     call_overhead: np.ndarray | None = None  # per call (step fidelity)
 
 
-def first_failure(rng: np.random.Generator, p: float, calls: np.ndarray) -> np.ndarray:
-    """1-based index of the first failing call among ``calls`` with per-call probability p."""
+def first_failure(u: float, p: float, calls: int) -> int:
+    """1-based index of the first failing call among ``calls`` with per-call probability ``p``,
+    from a uniform ``u`` (inverse of the geometric CDF); 0 when none fails."""
     if p <= 0:
-        return np.zeros(calls.size, dtype=np.int64)
-    k = rng.geometric(p, calls.size)
-    return np.where(k <= calls, k, 0)
+        return 0
+    if p >= 1:
+        return 1 if calls else 0
+    k = math.floor(math.log1p(-u) / math.log1p(-p)) + 1
+    return k if k <= calls else 0
 
 
 def draw_substrate(
@@ -153,7 +157,7 @@ def draw_substrate(
         cold=sub.cold_start.sample(rng, m),
         warm=sub.warm_start.sample(rng, m),
         teardown=sub.teardown.sample(rng, m),
-        fail_create=rng.random(m) < sub.failures.create,
-        fail_call=first_failure(rng, sub.failures.exec, calls),
+        u_create=rng.random(m),
+        u_exec=rng.random(m),
         call_overhead=per_call if detail else None,
     )

@@ -172,3 +172,24 @@ def test_timeout_cuts_trajectories():
     assert rec.duration.max() <= 10.0 + 1e-9
     # sum of 10 exp(1) exceeds 10 with probability ~ 0.458
     assert res.summary.iloc[0].timeouts == pytest.approx(500 * 0.458, rel=0.15)
+
+
+def test_failure_probability_grows_with_operations_in_flight():
+    from tests.conftest import make
+
+    def failed_share(concurrency):
+        d = make(
+            **{
+                "workload.trajectories": 3000,
+                "substrates.0.cold_start": 1.0,
+                "substrates.0.failures": {"create": {1: 0.0, 16: 0.5}},
+                "cluster.concurrency": concurrency,
+                "policy": {"retries": 0},
+            }
+        )
+        s = run_scenario(scenario_from_dict(d), jobs=1, keep_records=False).summary.iloc[0]
+        return s.failed / s.trajectories
+
+    alone, crowded = failed_share(1), failed_share(16)
+    assert alone == 0.0
+    assert 0.3 < crowded < 0.55  # creates see up to 16 in flight on the one host

@@ -223,6 +223,10 @@ def calibrate(records: list[dict], name: str, criterion: str = "aic") -> tuple[d
             total = sum(p["n"] for p in per_level.values())
             fails = sum(p["failures"] for p in per_level.values())
             substrate["failures"][phase] = fails / total if total else 0.0
+            if fails and len(levels) > 1:  # how failures grow with operations in flight
+                substrate["failures"][phase] = {
+                    max(1.0, lv["in_flight"]): round(lv["failures"] / lv["n"], 5) for lv in per_level.values()
+                }
             substrate["contention"][phase] = curve or 0.0
     first = records[0]
     profile = {

@@ -39,6 +39,7 @@ class Fleet:
         self.exec_share = 0.0  # expected share of a body spent in exec overhead (trajectory fidelity)
         self._next_token = 0.0
         self.factor = {ph: sub.contention.factor(ph) for ph in ("create", "exec", "teardown")}
+        self.fail = {ph: sub.failures.rate(ph) for ph in ("create", "exec", "teardown")}
         self.pool: simpy.Store | None = None
         self.pool_idle_seconds = 0.0
         self.pool_sandbox_seconds = 0.0  # lifetime of pool sandboxes before they were claimed
@@ -66,10 +67,11 @@ class Fleet:
         self._next_token = t + 1.0 / rate
         return t - self.env.now
 
-    def create(self, base: float, fails: bool):
-        """Quota, then a create-rate token, then the create itself (which ``fails`` or not).
+    def create(self, base: float, u: float):
+        """Quota, then a create-rate token, then the create itself, which fails when the uniform
+        ``u`` falls below the failure probability at the host's load.
 
-        Returns ``(host, waited, latency)``; a failed create has already released its quota.
+        Returns ``(host, waited, latency, failed)``; a failed create has released its quota.
         """
         t0 = self.env.now
         if self.quota is not None:
@@ -83,6 +85,7 @@ class Fleet:
         if self.alive > self.peak_sandboxes:
             self.peak_sandboxes = self.alive
         waited = self.env.now - t0
+        fails = u < self.fail["create"](self.load(host) + 1.0)
         if self.defer:
             latency = base
             if fails:
@@ -91,12 +94,13 @@ class Fleet:
             latency = yield from self.op(host, base, "create")
         if fails:
             yield from self.release(host)
-        return host, waited, latency
+        return host, waited, latency, fails
 
     def teardown(self, host: int, base: float, lag: float = 0.0):
         """Wait ``lag`` (deferred work), tear the sandbox down (a failed teardown is retried once)
         and release it; returns the teardown time."""
-        again = bool(self.sub.failures.teardown) and self.rng.random() < self.sub.failures.teardown
+        p = self.fail["teardown"](self.load(host) + 1.0)
+        again = p > 0 and self.rng.random() < p
         if self.defer:
             td = base * (2 if again else 1)
             yield self.env.timeout(lag + td)
@@ -126,8 +130,7 @@ class Fleet:
         while True:
             t0 = self.env.now
             base = float(self.sub.cold_start.sample(self.rng, 1)[0])
-            fails = self.rng.random() < self.sub.failures.create
-            host, _, _ = yield from self.create(base, fails)
+            host, _, _, fails = yield from self.create(base, self.rng.random())
             if not fails:
                 break
         self.pool.put((host, t0, self.env.now))

@@ -70,8 +70,9 @@ class Cell:
         self.step = fidelity == "step"
         self.env = simpy.Environment()
         self.rng = stream(scn.seed, rep, "substrate", sub.name, "run", concurrency)
-        inf, c = scn.cluster.inference, sub.contention
-        self._loaded = bool((inf and inf.slowdown) or c.create or c.exec or c.teardown)
+        inf, c, f = scn.cluster.inference, sub.contention, sub.failures
+        curves = any(isinstance(getattr(f, ph), dict) for ph in ("create", "exec", "teardown"))
+        self._loaded = bool((inf and inf.slowdown) or c.create or c.exec or c.teardown or curves)
         defer = not self.step and not self._loaded
         self.fleet = Fleet(self.env, sub, self.rng, most=concurrency + scn.policy.warm_pool, defer=defer)
         self.tier = InferenceTier(self.env, scn.cluster.inference)
@@ -97,7 +98,7 @@ class Cell:
             d = draw_substrate(self.scn, self.sub, self.rep, w, c, detail=self.step)
             sl = slice(lo, lo + len(d.cold))
             inputs = np.column_stack(
-                [d.cold, d.warm, d.teardown, d.fail_create, d.fail_call, w.calls[sl],
+                [d.cold, d.warm, d.teardown, d.u_create, d.u_exec, w.calls[sl],
                  w.llm[sl], d.overhead, w.tool[sl], w.setup[sl], w.reward[sl], w.steps[sl]]
             )  # fmt: skip
             arrival = np.zeros(len(inputs))
@@ -171,7 +172,7 @@ class Cell:
         env, sub, fleet = self.env, self.sub, self.fleet
         min_bill = sub.billing.minimum_seconds
         st = self._chunk(i // CHUNK)
-        cold0, warm0, td0, fail_create0, fail_call0, calls = st.inputs[i - st.lo, :6].tolist()
+        cold0, warm0, td0, u_create0, u_exec0, calls = st.inputs[i - st.lo, :6].tolist()
         start = env.now
         deadline = start + (self.scn.policy.timeout or math.inf)
         attempt, waited_all, worker, sandbox, llm_all, steps, warm_hit = 0, 0.0, 0.0, 0.0, 0.0, 0, False
@@ -187,8 +188,8 @@ class Cell:
                 warm_hit = True
             else:
                 base = cold0 if first else float(sub.cold_start.sample(self.rng, 1)[0])
-                fails = bool(fail_create0) if first else self.rng.random() < sub.failures.create
-                host, waited, latency = yield from fleet.create(base, fails)
+                u = u_create0 if first else self.rng.random()
+                host, waited, latency, fails = yield from fleet.create(base, u)
                 waited_all += waited
                 warm_hit = False
                 billed = latency
@@ -201,10 +202,8 @@ class Cell:
                     break
             worker += latency
             lag = latency if fleet.defer else 0.0  # a deferred create is waited with the body
-            if first:
-                fail_call = int(fail_call0)
-            else:
-                fail_call = int(first_failure(self.rng, sub.failures.exec, np.array([int(calls)]))[0])
+            p_exec = fleet.fail["exec"](fleet.load(host) + 1.0)
+            fail_call = first_failure(u_exec0 if first else self.rng.random(), p_exec, int(calls))
             body = self._body_steps if self.step else self._body_fast
             status, llm, steps, busy = yield from body(i, host, deadline, fail_call, env.now + lag)
             if fleet.defer:
