@@ -243,12 +243,12 @@ class ProfileFile(_Model):
     provenance: dict = {}
 
 
-def _resolve(ref: str, base: Path) -> Path:
-    for cand in (base / ref, Path(ref)):
+def _resolve(ref: str, scenario: Path) -> Path:
+    for cand in (scenario.parent / ref, Path(ref)):
         if cand.is_file():
             return cand
     raise InputError(
-        f"{base}: substrate profile '{ref}' not found (looked relative to the scenario file and "
+        f"{scenario}: substrate profile '{ref}' not found (looked relative to the scenario file and "
         "to the current directory)."
     )
 
@@ -267,7 +267,13 @@ def load_profile(path: Path) -> ProfileFile:
 def _merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict) and "kind" not in v:
+        # recurse into field groups (string keys), not into distributions or measured curves
+        if (
+            isinstance(v, dict)
+            and isinstance(out.get(k), dict)
+            and "kind" not in v
+            and all(isinstance(x, str) for x in v)
+        ):
             out[k] = _merge(out[k], v)
         else:
             out[k] = v
@@ -282,7 +288,7 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
     data = copy.deepcopy(data)
     for i, sub in enumerate(data.get("substrates") or []):
         if isinstance(sub, dict) and isinstance(sub.get("profile"), str):
-            prof = load_profile(_resolve(sub["profile"], path.parent))
+            prof = load_profile(_resolve(sub["profile"], path))
             data["substrates"][i] = {"name": prof.name, **_merge(prof.substrate, sub)}
     try:
         return Scenario.model_validate(data)
