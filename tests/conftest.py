@@ -1,4 +1,6 @@
 import copy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,13 @@ def make(**over) -> dict:
             node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
         node[last] = value
     return d
+
+
+def cli(*args) -> subprocess.CompletedProcess:
+    """Run ``simrollout ARGS...`` in a fresh interpreter, capturing its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "simrollout.cli", *map(str, args)], capture_output=True, text=True
+    )
 
 
 @pytest.fixture

@@ -1,9 +1,6 @@
 """End to end: reproducibility, parallel == serial, common random numbers, the results folder,
 and the two fidelities of one model agreeing on a small run."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,6 +8,7 @@ import pytest
 from simrollout.runner import run_scenario
 from simrollout.scenario import load_scenario, scenario_from_dict
 from simrollout.workload import draw_work
+from tests.conftest import cli
 
 
 @pytest.fixture(scope="module")
@@ -75,19 +73,7 @@ def test_fidelities_agree_with_a_saturated_inference_tier(small):
 
 def test_cli_run_writes_the_results_folder(tmp_path, root):
     out = tmp_path / "res"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "simrollout.cli",
-            "run",
-            str(root / "scenarios/small.yaml"),
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    r = cli("run", str(root / "scenarios/small.yaml"), "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert "docker" in r.stdout and "hosted" in r.stdout
     summary = pd.read_csv(out / "summary.csv")

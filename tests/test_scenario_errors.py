@@ -1,18 +1,9 @@
 """Bad input: one paragraph naming file, field and line; exit code 2; no traceback."""
 
-import subprocess
-import sys
-
 import pytest
 import yaml
 
-from tests.conftest import make
-
-
-def cli(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "simrollout.cli", *args], capture_output=True, text=True, cwd=cwd
-    )
+from tests.conftest import cli, make
 
 
 def write(tmp_path, data, name="s.yaml"):

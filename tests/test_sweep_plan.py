@@ -1,8 +1,5 @@
 """Sweeps, the planner, executors and the Python API."""
 
-import subprocess
-import sys
-
 import pandas as pd
 import pytest
 
@@ -11,7 +8,7 @@ from simrollout.errors import InputError
 from simrollout.planner import Target, parse_duration, plan
 from simrollout.scenario import scenario_from_dict
 from simrollout.sweeps import knee, parse_set, set_path
-from tests.conftest import make
+from tests.conftest import cli, make
 
 
 def small_scn(**over):
@@ -123,58 +120,32 @@ def test_parse_duration():
 
 def test_cli_sweep_and_plan(tmp_path, root):
     out = tmp_path / "sw"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "simrollout.cli",
-            "sweep",
-            str(root / "scenarios/small.yaml"),
-            "--set",
-            "cluster.concurrency=32,128",
-            "--set",
-            "policy.warm_pool=0,16",
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    r = cli(
+        "sweep",
+        str(root / "scenarios/small.yaml"),
+        "--set",
+        "cluster.concurrency=32,128",
+        "--set",
+        "policy.warm_pool=0,16",
+        "-o",
+        str(out),
     )
     assert r.returncode == 0, r.stderr
     df = pd.read_parquet(out / "sweep.parquet")
     assert len(df) == 2 * 2 * 2  # grid x substrates
     assert (out / "sweep_concurrency.png").read_bytes()[:4] == b"\x89PNG"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "simrollout.cli",
-            "plan",
-            str(root / "scenarios/small.yaml"),
-            "--deadline",
-            "1m",
-            "--concurrency",
-            "32,64",
-            "--sample",
-            "500",
-        ],
-        capture_output=True,
-        text=True,
+    r = cli(
+        "plan",
+        str(root / "scenarios/small.yaml"),
+        "--deadline",
+        "1m",
+        "--concurrency",
+        "32,64",
+        "--sample",
+        "500",
     )
     assert r.returncode == 1 and "No configuration meets" in r.stdout
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "simrollout.cli",
-            "sweep",
-            str(root / "scenarios/small.yaml"),
-            "--set",
-            "nope",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    r = cli("sweep", str(root / "scenarios/small.yaml"), "--set", "nope")
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
 

@@ -1,8 +1,6 @@
 """Fitting probe records into profiles."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,6 +10,7 @@ from simrollout.calibration.fit import calibrate, fit_phase, from_quantiles
 from simrollout.calibration.probe import read_records
 from simrollout.errors import InputError
 from simrollout.scenario import load_profile
+from tests.conftest import cli
 
 
 def records(tmp_path, phases, levels=(1,), n=200, seed=0, fail=0.0, name="r.jsonl"):
@@ -128,11 +127,7 @@ def test_bad_probe_data_is_refused_with_phase_and_count(tmp_path):
 def test_calibrate_cli_writes_a_profile_a_scenario_can_use(tmp_path):
     p = records(tmp_path, {"create": LOGN, "exec": LOGN, "teardown": LOGN, "upload": LOGN})
     out = tmp_path / "prof" / "syn.yaml"
-    r = subprocess.run(
-        [sys.executable, "-m", "simrollout.cli", "calibrate", str(p), "-o", str(out)],
-        capture_output=True,
-        text=True,
-    )
+    r = cli("calibrate", str(p), "-o", str(out))
     assert r.returncode == 0, r.stderr
     prof = load_profile(out)
     assert prof.provenance["samples"]["create"] == 200 and prof.provenance["backend"] == "synthetic"
@@ -142,11 +137,7 @@ def test_calibrate_cli_writes_a_profile_a_scenario_can_use(tmp_path):
 
 def test_calibrate_cli_bad_data_exit_2(tmp_path):
     p = records(tmp_path, {"create": LOGN, "exec": LOGN, "teardown": LOGN}, n=3)
-    r = subprocess.run(
-        [sys.executable, "-m", "simrollout.cli", "calibrate", str(p), "-o", str(tmp_path / "x.yaml")],
-        capture_output=True,
-        text=True,
-    )
+    r = cli("calibrate", str(p), "-o", str(tmp_path / "x.yaml"))
     assert r.returncode == 2 and "at least 10" in r.stderr and "Traceback" not in r.stderr
 
 
