@@ -127,6 +127,7 @@ class SubstrateDraws:
     teardown: np.ndarray
     u_create: np.ndarray  # uniform: the first create fails when below the failure probability
     u_exec: np.ndarray  # uniform: sets the first failing tool call (see first_failure)
+    u_teardown: np.ndarray  # uniform: the first teardown fails when below the failure probability
     call_overhead: np.ndarray | None = None  # per call (step fidelity)
 
 
@@ -139,6 +140,29 @@ def first_failure(u: float, p: float, calls: int) -> int:
         return 1 if calls else 0
     k = math.floor(math.log1p(-u) / math.log1p(-p)) + 1
     return k if k <= calls else 0
+
+
+@dataclass
+class ChunkDetail:
+    """Per-step workload and per-call exec overhead of one chunk, with offsets local to it."""
+
+    step_llm: np.ndarray
+    step_calls: np.ndarray
+    call_tool: np.ndarray
+    call_overhead: np.ndarray
+    step_off: np.ndarray  # trajectory j's steps are step_off[j]:step_off[j + 1]
+    call_off: np.ndarray
+
+
+def chunk_detail(scn: Scenario, sub: Substrate, rep: int, work: Work, chunk: int) -> ChunkDetail:
+    """Redraw one chunk with its per-step detail (the same streams, so the same totals)."""
+    part = _draw_chunk(scn, rep, True, chunk)
+    over = draw_substrate(scn, sub, rep, work, chunk, detail=True).call_overhead
+    zero = np.zeros(1, dtype=np.int64)
+    return ChunkDetail(
+        part["step_llm"], part["step_calls"], part["call_tool"], over,
+        np.concatenate([zero, np.cumsum(part["steps"])]), np.concatenate([zero, np.cumsum(part["calls"])]),
+    )  # fmt: skip
 
 
 def draw_substrate(
@@ -159,5 +183,6 @@ def draw_substrate(
         teardown=sub.teardown.sample(rng, m),
         u_create=rng.random(m),
         u_exec=rng.random(m),
+        u_teardown=rng.random(m),
         call_overhead=per_call if detail else None,
     )

@@ -35,8 +35,10 @@ class Fleet:
         self.sandboxes = np.zeros(cap.hosts, dtype=np.int64)  # alive per host
         self.alive = 0
         self.ops = [0] * cap.hosts  # lifecycle ops in flight per host
-        self.bodies = [0] * cap.hosts  # sandboxes running steps per host
-        self.exec_share = 0.0  # expected share of a body spent in exec overhead (trajectory fidelity)
+        self.bodies = [0] * cap.hosts  # sandboxes running steps per host (trajectory fidelity)
+        # expected exec operations in flight per host from running bodies (trajectory fidelity):
+        # each body adds the share of its current segment spent in exec overhead
+        self.exec_load = [0.0] * cap.hosts
         self._next_token = 0.0
         self.factor = {ph: sub.contention.factor(ph) for ph in ("create", "exec", "teardown")}
         self.fail = {ph: sub.failures.rate(ph) for ph in ("create", "exec", "teardown")}
@@ -48,7 +50,7 @@ class Fleet:
     # ------------------------------------------------------------ operations on a host
     def load(self, host: int) -> float:
         """Operations in flight on ``host``, counting expected execs of running bodies."""
-        return self.ops[host] + self.exec_share * self.bodies[host]
+        return self.ops[host] + self.exec_load[host]
 
     def op(self, host: int, base: float, phase: str):
         """Run one lifecycle operation of ``phase`` on ``host``; returns its latency."""
@@ -96,11 +98,11 @@ class Fleet:
             yield from self.release(host)
         return host, waited, latency, fails
 
-    def teardown(self, host: int, base: float, lag: float = 0.0):
-        """Wait ``lag`` (deferred work), tear the sandbox down (a failed teardown is retried once)
-        and release it; returns the teardown time."""
+    def teardown(self, host: int, base: float, lag: float = 0.0, u: float = 1.0):
+        """Wait ``lag`` (deferred work), tear the sandbox down (it fails when the uniform ``u`` falls
+        below the failure probability, and is retried once) and release it; returns its time."""
         p = self.fail["teardown"](self.load(host) + 1.0)
-        again = p > 0 and self.rng.random() < p
+        again = u < p
         if self.defer:
             td = base * (2 if again else 1)
             yield self.env.timeout(lag + td)

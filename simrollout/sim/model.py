@@ -18,11 +18,14 @@ import simpy
 from ..metrics import Accumulator
 from ..rng import stream
 from ..scenario import Scenario, Substrate
-from ..workload import CHUNK, SubstrateDraws, Work, draw_substrate, first_failure
+from ..workload import CHUNK, ChunkDetail, SubstrateDraws, Work, chunk_detail, draw_substrate, first_failure
 from .fleet import Fleet
 from .inference import InferenceTier, expected_busy_engines
 from .records import FAILED, OK, TIMEOUT, Records
 
+_AT_RISK = 1.5  # a body whose estimated end times this passes its deadline runs exact steps
+_JSQ = 0.5  # a request joins the least-loaded engine: about half a request below the mean
+_STILL = 0.01  # multipliers that moved less than this (relative) since the last segment: double it
 LOST = 3  # the sandbox was lost mid-trajectory (exec failure): retried when retries remain
 _OUT = (
     "start",
@@ -47,6 +50,7 @@ class _Chunk:
         self.out = np.zeros((len(inputs), len(_OUT)))
         self.gen = np.zeros((len(inputs), 3))  # body start, end, generating share (GPU estimate)
         self.left = len(inputs)
+        self.detail: ChunkDetail | None = None  # per-step detail, drawn when a body needs it
 
 
 class Cell:
@@ -83,12 +87,16 @@ class Cell:
         self._done = 0
         self._chunks: dict[int, _Chunk] = {}
         self._last_arrival = 0.0  # of the latest chunk whose arrivals were drawn
-        # population means for the trajectory-fidelity load fixed point
-        first = self._chunk(0)
-        self._L = float(work.llm.mean())
-        self._O = float(first.draws.overhead.mean())
-        self._R = float((work.tool + work.setup + work.reward).mean())
-        self._fixed_points: dict[tuple, tuple[float, float, float]] = {}
+        # trajectory fidelity: the load as the sum of every running body's expected share of
+        # its current segment in generation (the tier) and in exec overhead (per host)
+        self._gen_load = 0.0
+        self._heads = bool(inf and inf.slowdown)  # a segment's first generation waited on its own
+        # segment control: the load is steady in an async batch run once every worker has
+        # started a body and until the queue runs dry
+        self._steady = scn.policy.mode == "async" and scn.arrivals.kind == "batch"
+        self._ramp = min(concurrency, work.n)
+        self._ramped = self._draining = False
+        self._long: dict[int, simpy.Process] = {}  # bodies in one long wait, cut short by the drain
 
     def _chunk(self, c: int) -> _Chunk:
         """The chunk's state, drawn when its first trajectory is needed."""
@@ -166,6 +174,15 @@ class Cell:
             self._done += 1
             if self.progress is not None and self._done % 4096 == 0:
                 self.progress(4096)
+        self._drain()
+
+    def _drain(self) -> None:
+        """The queue ran dry: the load falls from here on, so long waits go back to segments."""
+        if self._draining:
+            return
+        self._draining = True
+        for proc in list(self._long.values()):
+            proc.interrupt("drain")
 
     # ------------------------------------------------------------ one trajectory
     def trajectory(self, i: int):
@@ -173,22 +190,25 @@ class Cell:
         min_bill = sub.billing.minimum_seconds
         st = self._chunk(i // CHUNK)
         cold0, warm0, td0, u_create0, u_exec0, calls = st.inputs[i - st.lo, :6].tolist()
+        u_td0 = float(st.draws.u_teardown[i - st.lo])
         start = env.now
         deadline = start + (self.scn.policy.timeout or math.inf)
         attempt, waited_all, worker, sandbox, llm_all, steps, warm_hit = 0, 0.0, 0.0, 0.0, 0.0, 0, False
         while True:
             attempt += 1
             first = attempt == 1
+            # a retry draws from its own stream: the same numbers in both fidelities
+            rng = None if first else stream(self.scn.seed, self.rep, "retry", sub.name, i, attempt)
             warm = fleet.claim_warm()
             if warm is not None:
                 host, billed = warm
-                latency = warm0 if first else float(sub.warm_start.sample(self.rng, 1)[0])
+                latency = warm0 if first else float(sub.warm_start.sample(rng, 1)[0])
                 yield env.timeout(latency)
                 billed += latency
                 warm_hit = True
             else:
-                base = cold0 if first else float(sub.cold_start.sample(self.rng, 1)[0])
-                u = u_create0 if first else self.rng.random()
+                base = cold0 if first else float(sub.cold_start.sample(rng, 1)[0])
+                u = u_create0 if first else rng.random()
                 host, waited, latency, fails = yield from fleet.create(base, u)
                 waited_all += waited
                 warm_hit = False
@@ -203,13 +223,13 @@ class Cell:
             worker += latency
             lag = latency if fleet.defer else 0.0  # a deferred create is waited with the body
             p_exec = fleet.fail["exec"](fleet.load(host) + 1.0)
-            fail_call = first_failure(u_exec0 if first else self.rng.random(), p_exec, int(calls))
+            fail_call = first_failure(u_exec0 if first else rng.random(), p_exec, int(calls))
             body = self._body_steps if self.step else self._body_fast
             status, llm, steps, busy = yield from body(i, host, deadline, fail_call, env.now + lag)
             if fleet.defer:
                 lag += busy
-            td_base = td0 if first else float(sub.teardown.sample(self.rng, 1)[0])
-            td = yield from fleet.teardown(host, td_base, lag)
+            td_base = td0 if first else float(sub.teardown.sample(rng, 1)[0])
+            td = yield from fleet.teardown(host, td_base, lag, u_td0 if first else rng.random())
             llm_all += llm
             worker += busy - llm + td
             sandbox += max(billed + busy + td, min_bill)
@@ -247,52 +267,204 @@ class Cell:
 
     # ------------------------------------------------------------ bodies
     def _multipliers(self, host: int) -> tuple[float, float]:
-        """Generation and exec-overhead multipliers at the current load (a fixed point, cached
-        per load state), with the expected share of a body spent in exec overhead."""
-        key = (self.active, self.fleet.bodies[host], self.fleet.ops[host])
-        hit = self._fixed_points.get(key)
-        if hit is None:
-            hit = self._fixed_points[key] = self._solve(*key)
-        x_l, x_e, self.fleet.exec_share = hit
-        return x_l, x_e
+        """Generation and exec-overhead multipliers for a body on ``host`` at the current load of
+        the other bodies (a request joins the least-loaded engine, about half a request below
+        the mean; an exec counts itself, as in the step engine)."""
+        inf = self.scn.cluster.inference
+        x_l = 1.0
+        if inf and inf.slowdown:
+            x_l = 1.0 + inf.slowdown * max(self._gen_load / inf.engines - _JSQ, 0.0)
+        return x_l, self.fleet.factor["exec"](1.0 + self.fleet.load(host))
 
-    def _solve(self, others: int, on_host: int, in_flight: int) -> tuple[float, float, float]:
-        inf, f_e = self.scn.cluster.inference, self.fleet.factor["exec"]
-        s_l = inf.slowdown if inf else 0.0
-        L, O, R = self._L, self._O, self._R
-        x_l = x_e = 1.0
-        for _ in range(100):
-            total = L * x_l + O * x_e + R
-            nx_l = 1.0 + s_l * others * (L * x_l / total) / (inf.engines if inf else 1)
-            nx_e = f_e(1.0 + on_host * (O * x_e / total) + in_flight)
-            if abs(nx_l - x_l) < 1e-9 and abs(nx_e - x_e) < 1e-9:
-                break
-            x_l, x_e = nx_l, nx_e
-        return x_l, x_e, O * x_e / (L * x_l + O * x_e + R)
+    def _settled(self) -> bool:
+        """The load is steady: an async batch run whose every worker is busy and whose queue is
+        not yet empty. Then a body waits its remainder at once instead of in segments."""
+        return self._steady and self._ramped and not self._draining
+
+    def _detail(self, c: int) -> ChunkDetail:
+        st = self._chunks[c]
+        if st.detail is None:
+            st.detail = chunk_detail(self.scn, self.sub, self.rep, self.work, c)
+        return st.detail
+
+    def _walk(
+        self, i: int, s0: int, s1: int, x_l: float, x_e: float, left: float, skip: bool = False
+    ) -> tuple[int, float]:
+        """Steps ``s0 <= s < s1`` of trajectory ``i`` run for ``left`` seconds and are cut: the
+        steps they complete and the generation time they spend (exact, from per-step detail).
+        ``skip``: step ``s0``'s generation is already done."""
+        d = self._detail(i // CHUNK)
+        j = i - self._chunks[i // CHUNK].lo
+        step, call = int(d.step_off[j]) + s0, int(d.call_off[j]) + int(d.step_calls[d.step_off[j] : d.step_off[j] + s0].sum())
+        llm = 0.0
+        for s in range(s0, s1):
+            g = 0.0 if skip and s == s0 else float(d.step_llm[step]) * x_l
+            if g >= left:
+                return s - s0, llm + left
+            llm += g
+            left -= g
+            for _ in range(int(d.step_calls[step])):
+                t = float(d.call_overhead[call]) * x_e + float(d.call_tool[call])
+                if t >= left:
+                    return s - s0, llm
+                left -= t
+                call += 1
+            step += 1
+        return s1 - s0, llm
+
+    def _lost_at(self, i: int, fail_call: int) -> tuple[int, tuple[float, float, float]]:
+        """Where a sandbox lost at call ``fail_call`` (1-based) stops the body: the whole steps
+        before it, and the unloaded generation, overhead and tool time of its step up to it."""
+        d = self._detail(i // CHUNK)
+        j = i - self._chunks[i // CHUNK].lo
+        a, b = int(d.step_off[j]), int(d.step_off[j + 1])
+        before = np.cumsum(d.step_calls[a:b])
+        sf = int(np.searchsorted(before, fail_call - 1, side="right"))  # the step holding the call
+        c0 = int(d.call_off[j]) + (int(before[sf - 1]) if sf else 0)
+        c1 = int(d.call_off[j]) + fail_call - 1
+        return sf, (float(d.step_llm[a + sf]), float(d.call_overhead[c0:c1].sum()), float(d.call_tool[c0:c1].sum()))
 
     def _body_fast(self, i: int, host: int, deadline: float, fail_call: int, t0: float):
-        """One timeout for the whole body (none when the fleet defers: the caller waits it)."""
-        st = self._chunks[i // CHUNK]
-        calls, llm, over, tool, setup, reward, steps = st.inputs[i - st.lo, 5:].tolist()
-        x_l, x_e = self._multipliers(host) if self._loaded else (1.0, 1.0)
-        llm *= x_l
-        steps_part = llm + over * x_e + tool
-        frac, status = 1.0, OK
+        """The body as few timeouts: one when nothing contends (none when the fleet defers: the
+        caller waits it), else segments of steps whose multipliers are re-read from the load at
+        each boundary, one step at first and doubling while the load holds still. A body that
+        loses its sandbox runs exactly up to the failing call (per-step detail)."""
+        env, st = self.env, self._chunks[i // CHUNK]
+        j = i - st.lo
+        _, llm, over, tool, setup, reward, steps = st.inputs[j, 5:].tolist()
+        status, units, tail = OK, steps, None
         if fail_call:
-            frac, status = (fail_call - 1) / calls, LOST
-        dur = setup + steps_part * frac + (reward if status == OK else 0.0)
-        if t0 + dur > deadline:
-            cut = max(deadline - t0, 0.0)
-            frac *= cut / dur if dur > 0 else 0.0
-            dur, status = cut, TIMEOUT
-        st.gen[i - st.lo] = (t0, t0 + dur, llm / steps_part if steps_part > 0 else 0.0)
-        if not self.fleet.defer:
-            self.fleet.bodies[host] += 1
-            self.active += 1
-            yield self.env.timeout(dur)
-            self.fleet.bodies[host] -= 1
+            status = LOST
+            units, tail = self._lost_at(i, fail_call)
+        per = (llm / steps, over / steps, tool / steps) if steps else (0.0, 0.0, 0.0)
+        if not self._loaded:
+            if tail is None:
+                g, part, done = llm, llm + over + tool, int(steps)
+            else:
+                g, o, t = (a + b for a, b in zip(self._exact(i, 0, units), tail))
+                part, done = g + o + t, units
+            dur = setup + part + (reward if status == OK else 0.0)
+            if t0 + dur > deadline:
+                dur, status = max(deadline - t0, 0.0), TIMEOUT
+                done, g = self._walk(i, 0, int(steps), 1.0, 1.0, dur - setup) if dur > setup else (0, 0.0)
+                part = dur - setup
+            st.gen[j] = (t0, t0 + dur, g / part if part > 0 else 0.0)
+            if not self.fleet.defer:
+                yield env.timeout(dur)
+            return status, g, done, dur
+
+        fleet = self.fleet
+        fleet.bodies[host] += 1
+        self.active += 1
+        try:
+            out = yield from self._segments(i, host, deadline, status, units, per, setup, reward, tail)
+        finally:
+            fleet.bodies[host] -= 1
             self.active -= 1
-        return status, llm * frac, int(steps * frac), dur
+        status, g, done, work_time = out
+        st.gen[j] = (t0, env.now, g / work_time if work_time > 0 else 0.0)
+        return status, g, done, env.now - t0
+
+    def _exact(self, i: int, s0: int, s1: int) -> tuple[float, float, float]:
+        """Unloaded generation, exec overhead and tool time of steps ``s0..s1`` (per-step detail)."""
+        d = self._detail(i // CHUNK)
+        j = i - self._chunks[i // CHUNK].lo
+        a, b = int(d.step_off[j]) + s0, int(d.step_off[j]) + s1
+        c0 = int(d.call_off[j]) + int(d.step_calls[int(d.step_off[j]) : a].sum())
+        c1 = c0 + int(d.step_calls[a:b].sum())
+        return float(d.step_llm[a:b].sum()), float(d.call_overhead[c0:c1].sum()), float(d.call_tool[c0:c1].sum())
+
+    def _segments(self, i, host, deadline, status, units, per, setup, reward, tail=None):
+        env, fleet = self.env, self.fleet
+        g_all, done, work_time = 0.0, 0.0, 0.0
+        if setup and not (yield from self._until(setup, deadline)):
+            return TIMEOUT, 0.0, 0, 0.0
+        if not self._ramped:
+            self._ramp -= 1
+            self._ramped = self._ramp <= 0
+        # a body that may reach its deadline runs its own steps' latencies (per-step detail),
+        # so the cut falls where it would in the step engine
+        x_l, x_e = self._multipliers(host)
+        exact = tail is not None or env.now + units * (per[0] * x_l + per[1] * x_e + per[2]) * _AT_RISK > deadline
+        seg, prev = 1.0, None
+        while done < units - 1e-9:
+            x_l, x_e = self._multipliers(host)
+            if prev is not None:
+                moved = max(abs(x_l / prev[0] - 1.0), abs(x_e / prev[1] - 1.0))
+                seg = seg * 2 if moved <= _STILL else max(1.0, seg / 2)
+            prev = (x_l, x_e)
+            long = self._settled() and not exact
+            du = units - done if long else min(seg, units - done)
+            if exact and done + du < units:  # whole steps
+                du = max(1.0, float(int(du)))
+            if exact and done == int(done) and int(done + du) > int(done):
+                k1 = min(int(done + du), int(units))
+                g0, o0, t0 = self._exact(i, int(done), k1)
+                rem = (done + du) - k1  # a lost sandbox's partial last step, proportional
+                g0, o0, t0 = g0 + per[0] * rem, o0 + per[1] * rem, t0 + per[2] * rem
+            else:
+                g0, o0, t0 = per[0] * du, per[1] * du, per[2] * du
+            headed = False
+            if self._heads and not long and done == int(done) and du >= 1.0:
+                # the segment opens with a generation: wait it on its own, counted as generating,
+                # so bodies in step with each other (a sync batch, a burst) load the tier together
+                head = self._exact(i, int(done), int(done) + 1)[0] if exact else per[0]
+                t_gen = env.now
+                self._gen_load += 1.0
+                ok = yield from self._until(head * x_l, deadline)
+                self._gen_load -= 1.0
+                headed = True
+                g_all += env.now - t_gen
+                work_time += env.now - t_gen
+                if not ok:
+                    return TIMEOUT, g_all, int(done), work_time
+                g0 = max(g0 - head, 0.0)
+                x_l, x_e = self._multipliers(host)
+            d = g0 * x_l + o0 * x_e + t0
+            left = deadline - env.now
+            if d > left:  # the deadline falls in this segment
+                left = max(left, 0.0)
+                if exact and done == int(done):
+                    k, g = self._walk(i, int(done), min(int(done + du) + 1, int(units)), x_l, x_e, left,
+                                      skip=headed)  # fmt: skip
+                else:
+                    k, g = int(du * left / d), g0 * x_l * left / d
+                yield env.timeout(left)
+                return TIMEOUT, g_all + g, int(done) + k, work_time + left
+            t_seg = env.now
+            c_g, c_e = (g0 * x_l / d, o0 * x_e / d) if d > 0 else (0.0, 0.0)
+            self._gen_load += c_g
+            fleet.exec_load[host] += c_e
+            try:
+                if long and du > seg:  # a long wait: the start of the drain cuts it short
+                    self._long[i] = env.active_process
+                    try:
+                        yield env.timeout(d)
+                    except simpy.Interrupt:
+                        part = (env.now - t_seg) / d if d > 0 else 1.0
+                        d, du, g0 = env.now - t_seg, du * part, g0 * part
+                        seg = 1.0
+                    finally:
+                        self._long.pop(i, None)
+                else:
+                    yield env.timeout(d)
+            finally:
+                self._gen_load -= c_g
+                fleet.exec_load[host] -= c_e
+            g_all += g0 * x_l
+            work_time += d
+            done += du
+        if tail is not None:  # the lost sandbox's last step, up to the failing call
+            x_l, x_e = self._multipliers(host)
+            t_tail = env.now
+            ok = yield from self._until(tail[0] * x_l + tail[1] * x_e + tail[2], deadline)
+            g_all += min(tail[0] * x_l, env.now - t_tail)
+            work_time += env.now - t_tail
+            if not ok:
+                return TIMEOUT, g_all, int(units), work_time
+        if status == OK and reward and not (yield from self._until(reward, deadline)):
+            return TIMEOUT, g_all, int(units), work_time
+        return status, g_all, int(done + 1e-9), work_time
 
     def _until(self, dur: float, deadline: float):
         """Wait ``dur`` or until the deadline; True when the wait completed."""

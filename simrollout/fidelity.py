@@ -1,0 +1,175 @@
+"""The fidelity matrix: the trajectory engine against the step engine, mode by mode.
+
+Every row is one scenario run in both fidelities on the same seed; the difference of each headline
+metric, in % of the step engine's, is checked against a tolerance that depends on the load:
+without inference or host contention the fast engine must be nearly exact, with a saturated tier
+or host it must stay within 3%.
+
+>>> rows = matrix(trajectories=1000)              # doctest: +SKIP
+>>> table = compare_all(rows)                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .scenario import Scenario, scenario_from_dict
+
+METRICS = (
+    "worker_hours",
+    "makespan_hours",
+    "duration_p50",
+    "duration_p99",
+    "cold_start_p50",
+    "cold_start_p99",
+    "gpu_idle_fraction",
+)
+# tolerance in % of the step engine's value: uncontended, and with a saturated tier or host
+TOLERANCE = {
+    "light": {"worker_hours": 0.5, "makespan_hours": 1.0, "duration_p50": 1.0, "duration_p99": 2.0},
+    "loaded": {m: 3.0 for m in ("worker_hours", "makespan_hours", "duration_p50", "duration_p99")},
+}
+
+LOADS = {
+    "none": {},
+    "host": {"contention": {"create": 0.1, "exec": 0.1, "teardown": 0.1}},
+    "tier": {"inference": {"engines": 8, "slowdown": 0.1}},
+    "both": {
+        "contention": {"create": 0.1, "exec": 0.1, "teardown": 0.1},
+        "inference": {"engines": 8, "slowdown": 0.05},
+    },
+}
+
+
+@dataclass
+class Row:
+    """One cell of the matrix: a policy, a load, and what else is switched on."""
+
+    policy: str  # async | sync | poisson
+    load: str  # none | host | tier | both
+    extra: str = ""  # "", warm_pool, failures, timeouts
+    scenario: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return "/".join(p for p in (self.policy, self.load, self.extra) if p)
+
+    @property
+    def regime(self) -> str:
+        return "light" if self.load == "none" else "loaded"
+
+
+def base(trajectories: int, steps: int, concurrency: int) -> dict:
+    """The tool mix of scenarios/small.yaml on one Docker fleet of 2 hosts x 128 slots."""
+    return {
+        "version": 1,
+        "name": "fidelity",
+        "seed": 5,
+        "workload": {
+            "trajectories": trajectories,
+            "steps": steps,
+            "llm_time": {"kind": "lognormal", "median": 5.7, "p99": 84},
+            "calls_per_step": {"kind": "discrete", "values": [1, 2, 3, 4], "weights": [0.85, 0.1, 0.04, 0.01]},
+            "tools": {
+                "shell": {"weight": 0.76, "latency": {"kind": "lognormal", "median": 0.85, "p99": 235}},
+                "file_edit": {"weight": 0.12, "latency": {"kind": "lognormal", "median": 0.073, "p99": 55}},
+                "file_read": {"weight": 0.12, "latency": {"kind": "lognormal", "median": 0.043, "p99": 7}},
+            },
+        },
+        "substrates": [
+            {
+                "name": "docker",
+                "cold_start": {"kind": "lognormal", "median": 0.155, "p99": 0.6},
+                "exec_overhead": {"kind": "lognormal", "median": 0.053, "p99": 0.2},
+                "teardown": 0.13,
+                "capacity": {"hosts": 2, "sandboxes_per_host": 128},
+            }
+        ],
+        "cluster": {"concurrency": concurrency, "inference": {"engines": 512, "slowdown": 0.0}},
+        "policy": {"mode": "async"},
+    }
+
+
+def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
+    d = base(trajectories, steps, concurrency)
+    sub, pol = d["substrates"][0], d["policy"]
+    load = LOADS[row.load]
+    if "contention" in load:
+        sub["contention"] = load["contention"]
+    if "inference" in load:
+        d["cluster"]["inference"] = {**load["inference"], "price_per_hour": 2.0}
+    if row.policy == "sync":
+        pol.update(mode="sync", batch_size=concurrency)
+    elif row.policy == "poisson":
+        # arrivals at ~90% of what the cluster sustains unloaded (a step takes ~26 s on average)
+        d["arrivals"] = {"kind": "poisson", "rate": round(0.9 * concurrency / (steps * 26.0), 4)}
+    if row.extra == "warm_pool":
+        pol["warm_pool"] = concurrency // 4
+        sub["create_rate"] = 50
+    elif row.extra == "failures":
+        sub["failures"] = {"create": 0.05, "exec": 0.002, "teardown": 0.01}
+        pol.update(retries=2, retry_backoff=1.0)
+    elif row.extra == "timeouts":
+        pol["timeout"] = steps * 40.0  # about a tenth of the trajectories time out
+    d.update(row.scenario)
+    return d
+
+
+def matrix() -> list[Row]:
+    """Every policy under every load, and warm pool, failures and timeouts under both extremes."""
+    rows = [Row(p, ld) for p in ("async", "sync", "poisson") for ld in LOADS]
+    rows += [Row(p, ld, x) for x in ("warm_pool", "failures", "timeouts") for p in ("async", "sync")
+             for ld in ("none", "both")]  # fmt: skip
+    return rows
+
+
+@dataclass
+class Comparison:
+    row: Row
+    step: pd.Series
+    fast: pd.Series
+    step_seconds: float
+    fast_seconds: float
+    fidelity: str  # what ``auto`` resolved to for the fast run
+
+    def diff(self, metric: str) -> float:
+        """Fast minus step, in % of step (0 when both are 0)."""
+        s, f = float(self.step[metric]), float(self.fast[metric])
+        if s == 0:
+            return 0.0 if f == 0 else float("inf")
+        return 100.0 * (f - s) / abs(s)
+
+    def misses(self) -> dict[str, float]:
+        """Metrics outside their tolerance, with their difference in %."""
+        tol = TOLERANCE[self.row.regime]
+        return {m: self.diff(m) for m, t in tol.items() if not abs(self.diff(m)) <= t}
+
+    def as_dict(self) -> dict:
+        out = {"row": self.row.name, "regime": self.row.regime, "auto": self.fidelity}
+        out.update({m: round(self.diff(m), 2) for m in METRICS})
+        out["speedup"] = round(self.step_seconds / self.fast_seconds, 1) if self.fast_seconds else None
+        out["within"] = not self.misses()
+        return out
+
+
+def compare(row: Row, trajectories: int = 1000, steps: int = 20, concurrency: int = 256,
+            fast: str = "trajectory") -> Comparison:  # fmt: skip
+    """Run ``row`` in step fidelity and in ``fast`` fidelity (``trajectory`` or ``auto``)."""
+    from .runner import run_scenario
+
+    d = build(row, trajectories, steps, concurrency)
+    res, secs = {}, {}
+    for fid in ("step", fast):
+        scn: Scenario = scenario_from_dict({**d, "fidelity": fid})
+        t0 = time.perf_counter()
+        res[fid] = run_scenario(scn, jobs=1, keep_records=False)
+        secs[fid] = time.perf_counter() - t0
+    step, quick = res["step"], res[fast]
+    return Comparison(row, step.summary.iloc[0], quick.summary.iloc[0], secs["step"], secs[fast], quick.fidelity)
+
+
+def compare_all(rows: list[Row] | None = None, **kw) -> pd.DataFrame:
+    return pd.DataFrame([compare(r, **kw).as_dict() for r in rows or matrix()])
