@@ -72,7 +72,11 @@ def base(trajectories: int, steps: int, concurrency: int) -> dict:
             "trajectories": trajectories,
             "steps": steps,
             "llm_time": {"kind": "lognormal", "median": 5.7, "p99": 84},
-            "calls_per_step": {"kind": "discrete", "values": [1, 2, 3, 4], "weights": [0.85, 0.1, 0.04, 0.01]},
+            "calls_per_step": {
+                "kind": "discrete",
+                "values": [1, 2, 3, 4],
+                "weights": [0.85, 0.1, 0.04, 0.01],
+            },
             "tools": {
                 "shell": {"weight": 0.76, "latency": {"kind": "lognormal", "median": 0.85, "p99": 235}},
                 "file_edit": {"weight": 0.12, "latency": {"kind": "lognormal", "median": 0.073, "p99": 55}},
@@ -168,7 +172,9 @@ def compare(row: Row, trajectories: int = 1000, steps: int = 20, concurrency: in
         res[fid] = run_scenario(scn, jobs=1, keep_records=False)
         secs[fid] = time.perf_counter() - t0
     step, quick = res["step"], res[fast]
-    return Comparison(row, step.summary.iloc[0], quick.summary.iloc[0], secs["step"], secs[fast], quick.fidelity)
+    return Comparison(
+        row, step.summary.iloc[0], quick.summary.iloc[0], secs["step"], secs[fast], quick.fidelity
+    )
 
 
 def compare_all(rows: list[Row] | None = None, **kw) -> pd.DataFrame:

@@ -153,6 +153,46 @@ class ChunkDetail:
     step_off: np.ndarray  # trajectory j's steps are step_off[j]:step_off[j + 1]
     call_off: np.ndarray
 
+    def _at(self, j: int, s: int) -> tuple[int, int]:
+        """Flat indices of trajectory ``j``'s step ``s`` and of that step's first call."""
+        a = int(self.step_off[j])
+        return a + s, int(self.call_off[j]) + int(self.step_calls[a : a + s].sum())
+
+    def sums(self, j: int, s0: int, s1: int) -> tuple[float, float, float]:
+        """Generation, exec overhead and tool time of steps ``s0 <= s < s1`` of trajectory ``j``."""
+        (a, c0), (b, c1) = self._at(j, s0), self._at(j, s1)
+        return (float(self.step_llm[a:b].sum()), float(self.call_overhead[c0:c1].sum()),
+                float(self.call_tool[c0:c1].sum()))  # fmt: skip
+
+    def lost_at(self, j: int, call: int) -> tuple[int, tuple[float, float, float]]:
+        """Where losing the sandbox at ``call`` (1-based) stops trajectory ``j``: its whole steps
+        before, and the generation, overhead and tool time of its step up to that call."""
+        a, b = int(self.step_off[j]), int(self.step_off[j + 1])
+        s = int(np.searchsorted(np.cumsum(self.step_calls[a:b]), call - 1, side="right"))
+        c0, c1 = self._at(j, s)[1], int(self.call_off[j]) + call - 1
+        return s, (float(self.step_llm[a + s]), float(self.call_overhead[c0:c1].sum()),
+                   float(self.call_tool[c0:c1].sum()))  # fmt: skip
+
+    def cut(self, j, s0, s1, x_l, x_e, left, skip=False) -> tuple[int, float]:
+        """Steps ``s0 <= s < s1`` of trajectory ``j`` at multipliers ``x_l`` (generation) and
+        ``x_e`` (exec overhead), stopped after ``left`` seconds: the steps they complete and the
+        generation time they spend. ``skip``: step ``s0``'s generation is already done."""
+        step, call = self._at(j, s0)
+        llm = 0.0
+        for s in range(s0, s1):
+            g = 0.0 if skip and s == s0 else float(self.step_llm[step]) * x_l
+            if g >= left:
+                return s - s0, llm + left
+            llm, left = llm + g, left - g
+            for _ in range(int(self.step_calls[step])):
+                t = float(self.call_overhead[call]) * x_e + float(self.call_tool[call])
+                if t >= left:
+                    return s - s0, llm
+                left -= t
+                call += 1
+            step += 1
+        return s1 - s0, llm
+
 
 def chunk_detail(scn: Scenario, sub: Substrate, rep: int, work: Work, chunk: int) -> ChunkDetail:
     """Redraw one chunk with its per-step detail (the same streams, so the same totals)."""

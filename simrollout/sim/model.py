@@ -287,42 +287,21 @@ class Cell:
             st.detail = chunk_detail(self.scn, self.sub, self.rep, self.work, c)
         return st.detail
 
-    def _walk(
-        self, i: int, s0: int, s1: int, x_l: float, x_e: float, left: float, skip: bool = False
-    ) -> tuple[int, float]:
-        """Steps ``s0 <= s < s1`` of trajectory ``i`` run for ``left`` seconds and are cut: the
-        steps they complete and the generation time they spend (exact, from per-step detail).
-        ``skip``: step ``s0``'s generation is already done."""
-        d = self._detail(i // CHUNK)
-        j = i - self._chunks[i // CHUNK].lo
-        step, call = int(d.step_off[j]) + s0, int(d.call_off[j]) + int(d.step_calls[d.step_off[j] : d.step_off[j] + s0].sum())
-        llm = 0.0
-        for s in range(s0, s1):
-            g = 0.0 if skip and s == s0 else float(d.step_llm[step]) * x_l
-            if g >= left:
-                return s - s0, llm + left
-            llm += g
-            left -= g
-            for _ in range(int(d.step_calls[step])):
-                t = float(d.call_overhead[call]) * x_e + float(d.call_tool[call])
-                if t >= left:
-                    return s - s0, llm
-                left -= t
-                call += 1
-            step += 1
-        return s1 - s0, llm
+    def _cut(self, i, s0, s1, x_l, x_e, left, skip=False) -> tuple[int, float]:
+        d, j = self._span(i)
+        return d.cut(j, s0, s1, x_l, x_e, left, skip)
+
+    def _sums(self, i: int, s0: int, s1: int) -> tuple[float, float, float]:
+        d, j = self._span(i)
+        return d.sums(j, s0, s1)
 
     def _lost_at(self, i: int, fail_call: int) -> tuple[int, tuple[float, float, float]]:
-        """Where a sandbox lost at call ``fail_call`` (1-based) stops the body: the whole steps
-        before it, and the unloaded generation, overhead and tool time of its step up to it."""
-        d = self._detail(i // CHUNK)
-        j = i - self._chunks[i // CHUNK].lo
-        a, b = int(d.step_off[j]), int(d.step_off[j + 1])
-        before = np.cumsum(d.step_calls[a:b])
-        sf = int(np.searchsorted(before, fail_call - 1, side="right"))  # the step holding the call
-        c0 = int(d.call_off[j]) + (int(before[sf - 1]) if sf else 0)
-        c1 = int(d.call_off[j]) + fail_call - 1
-        return sf, (float(d.step_llm[a + sf]), float(d.call_overhead[c0:c1].sum()), float(d.call_tool[c0:c1].sum()))
+        d, j = self._span(i)
+        return d.lost_at(j, fail_call)
+
+    def _span(self, i: int) -> tuple[ChunkDetail, int]:
+        """Trajectory ``i``'s per-step detail and its index within it."""
+        return self._detail(i // CHUNK), i - self._chunks[i // CHUNK].lo
 
     def _body_fast(self, i: int, host: int, deadline: float, fail_call: int, t0: float):
         """The body as few timeouts: one when nothing contends (none when the fleet defers: the
@@ -341,12 +320,12 @@ class Cell:
             if tail is None:
                 g, part, done = llm, llm + over + tool, int(steps)
             else:
-                g, o, t = (a + b for a, b in zip(self._exact(i, 0, units), tail))
+                g, o, t = (a + b for a, b in zip(self._sums(i, 0, units), tail))
                 part, done = g + o + t, units
             dur = setup + part + (reward if status == OK else 0.0)
             if t0 + dur > deadline:
                 dur, status = max(deadline - t0, 0.0), TIMEOUT
-                done, g = self._walk(i, 0, int(steps), 1.0, 1.0, dur - setup) if dur > setup else (0, 0.0)
+                done, g = self._cut(i, 0, int(steps), 1.0, 1.0, dur - setup) if dur > setup else (0, 0.0)
                 part = dur - setup
             st.gen[j] = (t0, t0 + dur, g / part if part > 0 else 0.0)
             if not self.fleet.defer:
@@ -365,15 +344,6 @@ class Cell:
         st.gen[j] = (t0, env.now, g / work_time if work_time > 0 else 0.0)
         return status, g, done, env.now - t0
 
-    def _exact(self, i: int, s0: int, s1: int) -> tuple[float, float, float]:
-        """Unloaded generation, exec overhead and tool time of steps ``s0..s1`` (per-step detail)."""
-        d = self._detail(i // CHUNK)
-        j = i - self._chunks[i // CHUNK].lo
-        a, b = int(d.step_off[j]) + s0, int(d.step_off[j]) + s1
-        c0 = int(d.call_off[j]) + int(d.step_calls[int(d.step_off[j]) : a].sum())
-        c1 = c0 + int(d.step_calls[a:b].sum())
-        return float(d.step_llm[a:b].sum()), float(d.call_overhead[c0:c1].sum()), float(d.call_tool[c0:c1].sum())
-
     def _segments(self, i, host, deadline, status, units, per, setup, reward, tail=None):
         env, fleet = self.env, self.fleet
         g_all, done, work_time = 0.0, 0.0, 0.0
@@ -385,7 +355,8 @@ class Cell:
         # a body that may reach its deadline runs its own steps' latencies (per-step detail),
         # so the cut falls where it would in the step engine
         x_l, x_e = self._multipliers(host)
-        exact = tail is not None or env.now + units * (per[0] * x_l + per[1] * x_e + per[2]) * _AT_RISK > deadline
+        rate = per[0] * x_l + per[1] * x_e + per[2]
+        exact = tail is not None or env.now + units * rate * _AT_RISK > deadline
         seg, prev = 1.0, None
         while done < units - 1e-9:
             x_l, x_e = self._multipliers(host)
@@ -399,7 +370,7 @@ class Cell:
                 du = max(1.0, float(int(du)))
             if exact and done == int(done) and int(done + du) > int(done):
                 k1 = min(int(done + du), int(units))
-                g0, o0, t0 = self._exact(i, int(done), k1)
+                g0, o0, t0 = self._sums(i, int(done), k1)
                 rem = (done + du) - k1  # a lost sandbox's partial last step, proportional
                 g0, o0, t0 = g0 + per[0] * rem, o0 + per[1] * rem, t0 + per[2] * rem
             else:
@@ -408,7 +379,7 @@ class Cell:
             if self._heads and not long and done == int(done) and du >= 1.0:
                 # the segment opens with a generation: wait it on its own, counted as generating,
                 # so bodies in step with each other (a sync batch, a burst) load the tier together
-                head = self._exact(i, int(done), int(done) + 1)[0] if exact else per[0]
+                head = self._sums(i, int(done), int(done) + 1)[0] if exact else per[0]
                 t_gen = env.now
                 self._gen_load += 1.0
                 ok = yield from self._until(head * x_l, deadline)
@@ -425,7 +396,7 @@ class Cell:
             if d > left:  # the deadline falls in this segment
                 left = max(left, 0.0)
                 if exact and done == int(done):
-                    k, g = self._walk(i, int(done), min(int(done + du) + 1, int(units)), x_l, x_e, left,
+                    k, g = self._cut(i, int(done), min(int(done + du) + 1, int(units)), x_l, x_e, left,
                                       skip=headed)  # fmt: skip
                 else:
                     k, g = int(du * left / d), g0 * x_l * left / d
