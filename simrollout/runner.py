@@ -51,6 +51,7 @@ def _work_key(scn: Scenario, rep: int, detail: bool) -> tuple:
     return (
         json.dumps(scn.workload.model_dump(mode="json", by_alias=True), sort_keys=True),
         scn.seed,
+        scn.policy.timeout,  # which bodies keep their per-step detail
         rep,
         detail,
     )

@@ -21,6 +21,7 @@ from .rng import stream
 from .scenario import Scenario, Substrate
 
 CHUNK = 32_768
+KEEP = 0.5  # keep the per-step detail of bodies longer unloaded than this share of the timeout
 
 
 @dataclass
@@ -39,6 +40,9 @@ class Work:
     call_tool: np.ndarray | None = None
     step_off: np.ndarray | None = field(default=None)
     call_off: np.ndarray | None = field(default=None)
+    # per-step detail of the trajectories long enough to near the timeout (trajectory fidelity
+    # cuts them exactly): index -> (step_llm, step_calls, call_tool)
+    kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -71,16 +75,24 @@ def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.n
     step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
     call_tool = tool_mixture(scn).sample(rng, int(step_calls.sum()))
     calls = _sum_by(step_calls, steps).astype(np.int64)
+    llm, tool = _sum_by(step_llm, steps), _sum_by(call_tool, calls)
     out = {
         "steps": steps,
         "calls": calls,
-        "llm": _sum_by(step_llm, steps),
-        "tool": _sum_by(call_tool, calls),
+        "llm": llm,
+        "tool": tool,
         "setup": wl.setup.sample(rng, m) if wl.setup else np.zeros(m),
         "reward": wl.reward.sample(rng, m) if wl.reward else np.zeros(m),
     }
     if detail:
         out.update(step_llm=step_llm, step_calls=step_calls, call_tool=call_tool)
+    out["kept"] = {}
+    if scn.policy.timeout and not detail:
+        so, co = np.concatenate([[0], np.cumsum(steps)]), np.concatenate([[0], np.cumsum(calls)])
+        for k in np.flatnonzero(llm + tool > KEEP * scn.policy.timeout).tolist():
+            out["kept"][c * CHUNK + k] = (step_llm[so[k] : so[k + 1]].copy(),  # copies: the chunk is freed
+                                          step_calls[so[k] : so[k + 1]].copy(),
+                                          call_tool[co[k] : co[k + 1]].copy())  # fmt: skip
     return out
 
 
@@ -94,6 +106,7 @@ def draw_work(scn: Scenario, rep: int, detail: bool = False, jobs: int = 1) -> W
     sums = ("steps", "calls", "llm", "tool", "setup", "reward")
     out = {k: np.empty(n, dtype=kinds.get(k, np.float64)) for k in sums}
     details: dict[str, list] = {"step_llm": [], "step_calls": [], "call_tool": []}
+    kept: dict = {}
 
     def take(c: int, part: dict) -> None:
         lo = c * CHUNK
@@ -101,6 +114,7 @@ def draw_work(scn: Scenario, rep: int, detail: bool = False, jobs: int = 1) -> W
             out[k][lo : lo + len(part[k])] = part[k]
         for k in details if detail else ():
             details[k].append(part[k])
+        kept.update(part["kept"])
 
     if jobs > 1 and len(chunks) > 1:
         with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
@@ -109,7 +123,7 @@ def draw_work(scn: Scenario, rep: int, detail: bool = False, jobs: int = 1) -> W
     else:
         for c in chunks:
             take(c, draw(c))
-    work = Work(**out)
+    work = Work(**out, kept=kept)
     if detail:
         work.step_llm, work.step_calls, work.call_tool = (np.concatenate(details[k]) for k in details)
         work.step_off = np.concatenate([[0], np.cumsum(work.steps, dtype=np.int64)])
@@ -129,6 +143,7 @@ class SubstrateDraws:
     u_exec: np.ndarray  # uniform: sets the first failing tool call (see first_failure)
     u_teardown: np.ndarray  # uniform: the first teardown fails when below the failure probability
     call_overhead: np.ndarray | None = None  # per call (step fidelity)
+    kept: dict[int, np.ndarray] = field(default_factory=dict)  # per call, of Work.kept's trajectories
 
 
 def first_failure(u: float, p: float, calls: int) -> int:
@@ -152,6 +167,12 @@ class ChunkDetail:
     call_overhead: np.ndarray
     step_off: np.ndarray  # trajectory j's steps are step_off[j]:step_off[j + 1]
     call_off: np.ndarray
+
+    @classmethod
+    def one(cls, step_llm, step_calls, call_tool, call_overhead) -> ChunkDetail:
+        """The detail of a single trajectory (index 0)."""
+        off = np.array([0, len(step_llm)]), np.array([0, len(call_tool)])
+        return cls(step_llm, step_calls, call_tool, call_overhead, *off)
 
     def _at(self, j: int, s: int) -> tuple[int, int]:
         """Flat indices of trajectory ``j``'s step ``s`` and of that step's first call."""
@@ -216,6 +237,8 @@ def draw_substrate(
         stream(scn.seed, rep, "substrate", sub.name, "exec", chunk), int(calls.sum())
     )
     rng = stream(scn.seed, rep, "substrate", sub.name, "lifecycle", chunk)
+    offs = np.concatenate([[0], np.cumsum(calls)]) if work.kept else None
+    kept = {i: per_call[offs[i - lo] : offs[i - lo + 1]].copy() for i in work.kept if lo <= i < lo + m}
     return SubstrateDraws(
         overhead=_sum_by(per_call, calls),
         cold=sub.cold_start.sample(rng, m),
@@ -225,4 +248,5 @@ def draw_substrate(
         u_exec=rng.random(m),
         u_teardown=rng.random(m),
         call_overhead=per_call if detail else None,
+        kept=kept,
     )

@@ -23,7 +23,7 @@ from .fleet import Fleet
 from .inference import InferenceTier, expected_busy_engines
 from .records import FAILED, OK, TIMEOUT, Records
 
-_AT_RISK = 1.5  # a body whose estimated end times this passes its deadline runs exact steps
+_AT_RISK = 1.25  # a body whose estimated end times this passes its deadline runs exact steps
 _JSQ = 0.5  # a request joins the least-loaded engine: about half a request below the mean
 _STILL = 0.01  # multipliers that moved less than this (relative) since the last segment: double it
 LOST = 3  # the sandbox was lost mid-trajectory (exec failure): retried when retries remain
@@ -300,8 +300,12 @@ class Cell:
         return d.lost_at(j, fail_call)
 
     def _span(self, i: int) -> tuple[ChunkDetail, int]:
-        """Trajectory ``i``'s per-step detail and its index within it."""
-        return self._detail(i // CHUNK), i - self._chunks[i // CHUNK].lo
+        """Trajectory ``i``'s per-step detail and its index within it: kept when the workload
+        was drawn if the body is long, else the chunk drawn again."""
+        st = self._chunks[i // CHUNK]
+        if i in st.draws.kept and st.detail is None:
+            return ChunkDetail.one(*self.work.kept[i], st.draws.kept[i]), 0
+        return self._detail(i // CHUNK), i - st.lo
 
     def _body_fast(self, i: int, host: int, deadline: float, fail_call: int, t0: float):
         """The body as few timeouts: one when nothing contends (none when the fleet defers: the
@@ -336,7 +340,15 @@ class Cell:
         fleet.bodies[host] += 1
         self.active += 1
         try:
-            out = yield from self._segments(i, host, deadline, status, units, per, setup, reward, tail)
+            start = (0.0, 0.0, 0.0)
+            if tail is None and self._settled():
+                start = yield from self._steady_wait(i, host, deadline, units, per, setup, reward)
+                if start[0] is None:
+                    return start[1:]
+                setup, reward = start[3:]
+            out = yield from self._segments(
+                i, host, deadline, status, units, per, setup, reward, tail, start[:3]
+            )
         finally:
             fleet.bodies[host] -= 1
             self.active -= 1
@@ -344,9 +356,41 @@ class Cell:
         st.gen[j] = (t0, env.now, g / work_time if work_time > 0 else 0.0)
         return status, g, done, env.now - t0
 
-    def _segments(self, i, host, deadline, status, units, per, setup, reward, tail=None):
+    def _steady_wait(self, i, host, deadline, units, per, setup, reward):
+        """The whole body as one wait at the steady load. Returns ``(None, status, g, done, dur)``
+        when it ran through, else where it stands for the segments to go on from: ``(steps done,
+        generation so far, time so far, setup left, reward left)`` (cut short by the drain, or
+        a body that may reach its deadline, which the segments cut exactly)."""
+        env, fleet, t0 = self.env, self.fleet, self.env.now
+        x_l, x_e = self._multipliers(host)
+        rate = per[0] * x_l + per[1] * x_e + per[2]
+        d = setup + units * rate + reward
+        if t0 + (d - reward) * _AT_RISK > deadline or d <= 0:
+            return 0.0, 0.0, 0.0, setup, reward
+        c_g, c_e = per[0] * x_l * units / d, per[1] * x_e * units / d
+        self._gen_load += c_g
+        fleet.exec_load[host] += c_e
+        self._long[i] = env.active_process
+        try:
+            yield env.timeout(d)
+            st = self._chunks[i // CHUNK]
+            st.gen[i - st.lo] = (t0, env.now, per[0] * x_l / rate if rate > 0 else 0.0)
+            return None, OK, per[0] * x_l * units, int(units), d
+        except simpy.Interrupt:
+            pass
+        finally:
+            self._long.pop(i, None)
+            self._gen_load -= c_g
+            fleet.exec_load[host] -= c_e
+        spent = env.now - t0
+        done = min(max(spent - setup, 0.0) / rate, units) if rate > 0 else units
+        return done, per[0] * x_l * done, spent, max(setup - spent, 0.0), min(reward, d - spent)
+
+    def _segments(
+        self, i, host, deadline, status, units, per, setup, reward, tail=None, start=(0.0, 0.0, 0.0)
+    ):
         env, fleet = self.env, self.fleet
-        g_all, done, work_time = 0.0, 0.0, 0.0
+        done, g_all, work_time = start
         if setup and not (yield from self._until(setup, deadline)):
             return TIMEOUT, 0.0, 0, 0.0
         if not self._ramped:
@@ -356,7 +400,7 @@ class Cell:
         # so the cut falls where it would in the step engine
         x_l, x_e = self._multipliers(host)
         rate = per[0] * x_l + per[1] * x_e + per[2]
-        exact = tail is not None or env.now + units * rate * _AT_RISK > deadline
+        exact = tail is not None or env.now + (units - done) * rate * _AT_RISK > deadline
         seg, prev = 1.0, None
         while done < units - 1e-9:
             x_l, x_e = self._multipliers(host)
