@@ -24,6 +24,7 @@ import simpy
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from simrollout.fidelity import matrix  # noqa: E402
 from simrollout.runner import run_scenario  # noqa: E402
 from simrollout.scenario import load_scenario, scenario_from_dict  # noqa: E402
 from simrollout.sweeps import base_dict  # noqa: E402
@@ -128,27 +129,31 @@ def step_engine_rate() -> dict:
     }
 
 
-def fidelity_comparison(n: int, saturated: bool) -> dict:
-    engines, slowdown = (8, 0.05) if saturated else (512, 0.0)
-    res = {}
-    for fid in ("step", "trajectory"):
-        t0 = time.perf_counter()
-        r = run_scenario(_scenario(n, 150, engines, slowdown, 256, fid), jobs=1, keep_records=False)
-        res[fid] = (time.perf_counter() - t0, r.summary.iloc[0])
-    (ts, s), (tt, t) = res["step"], res["trajectory"]
-    diff = {
-        m: round(100 * (t[m] - s[m]) / s[m], 3)
-        for m in ("worker_hours", "makespan_hours", "duration_p50", "duration_p99", "gpu_idle_fraction")
-    }
-    return {
-        "trajectories": n,
-        "saturated_inference": saturated,
-        "gpu_idle_step": round(float(s.gpu_idle_fraction), 3),
-        "step_wall_s": round(ts, 2),
-        "trajectory_wall_s": round(tt, 2),
-        "speedup": round(ts / tt, 1),
-        "diff_pct": diff,
-    }
+def fidelity_matrix(trajectories: int, steps: int) -> list[dict]:
+    """Trajectory vs step fidelity on every row of simrollout.fidelity.matrix(), with the speedup
+    and, for the trajectory run, what ``fidelity: auto`` would choose at full size."""
+    from simrollout.fidelity import compare
+
+    rows = []
+    for row in matrix():
+        c = compare(row, trajectories=trajectories, steps=steps)
+        rows.append({**c.as_dict(), "step_wall_s": round(c.step_seconds, 2),
+                     "trajectory_wall_s": round(c.fast_seconds, 2)})  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def matrix_markdown(rows: list[dict]) -> str:
+    """The matrix as the table recorded in docs/performance.md."""
+    from simrollout.fidelity import METRICS
+
+    head = ["row", *METRICS, "step s", "traj. s", "speedup", "within"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["row"], *(f"{r[m]:+.2f}" for m in METRICS), f"{r['step_wall_s']:.1f}"]
+        cells += [f"{r['trajectory_wall_s']:.2f}", f"{r['speedup']}x", "yes" if r["within"] else "**no**"]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def scaling(sizes: list[int]) -> list[dict]:
@@ -173,16 +178,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--fidelity", action="store_true", help="only the fidelity matrix, as markdown")
+    ap.add_argument("--trajectories", type=int, default=6_000, help="per matrix row")
+    ap.add_argument("--steps", type=int, default=30, help="per trajectory, in the matrix")
     args = ap.parse_args()
-    n_cmp = 2_000 if args.quick else 20_000
+    if args.fidelity:
+        print(matrix_markdown(fidelity_matrix(args.trajectories, args.steps)))
+        return
+    n_cmp = 1_000 if args.quick else args.trajectories
     sections = {
         "machine": lambda: {
             "cpus": psutil.cpu_count(),
             "mem_gb": round(psutil.virtual_memory().total / 2**30),
         },
         "step_engine": step_engine_rate,
-        "fidelity_uncontended": lambda: fidelity_comparison(n_cmp, saturated=False),
-        "fidelity_saturated": lambda: fidelity_comparison(n_cmp, saturated=True),
+        "fidelity_matrix": lambda: fidelity_matrix(n_cmp, 20 if args.quick else 30),
     }
     if not args.quick:
         sections["headline"] = lambda: headline(args.repeat)

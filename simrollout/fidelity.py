@@ -137,7 +137,7 @@ class Comparison:
     fast: pd.Series
     step_seconds: float
     fast_seconds: float
-    fidelity: str  # what ``auto`` resolved to for the fast run
+    fidelity: str  # what ``fidelity: auto`` runs for this row at a million trajectories
 
     def diff(self, metric: str) -> float:
         """Fast minus step, in % of step (0 when both are 0)."""
@@ -172,8 +172,9 @@ def compare(row: Row, trajectories: int = 1000, steps: int = 20, concurrency: in
         res[fid] = run_scenario(scn, jobs=1, keep_records=False)
         secs[fid] = time.perf_counter() - t0
     step, quick = res["step"], res[fast]
+    big = scenario_from_dict({**d, "workload": {**d["workload"], "trajectories": 1_000_000}})
     return Comparison(
-        row, step.summary.iloc[0], quick.summary.iloc[0], secs["step"], secs[fast], quick.fidelity
+        row, step.summary.iloc[0], quick.summary.iloc[0], secs["step"], secs[fast], big.resolved_fidelity()
     )
 
 

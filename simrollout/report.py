@@ -43,6 +43,7 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     scn = result.scenario
     t = Table(
         title=f"{scn.name}: {scn.workload.trajectories:,} trajectories, fidelity {result.fidelity}"
+        + f" ({result.fidelity_reason})"
         + (f", mean of {scn.replications} replications" if scn.replications > 1 else "")
     )
     for _, head, _ in TABLE:
@@ -70,6 +71,7 @@ def write_results(result: RunResult, out: Path) -> list[Path]:
         "simrollout": __version__,
         "scenario": result.scenario.model_dump(mode="json", by_alias=True, exclude_none=True),
         "fidelity": result.fidelity,
+        "fidelity_reason": result.fidelity_reason,
         "python": platform.python_version(),
         "summary": json.loads(result.summary.to_json(orient="records")),
     }

@@ -40,6 +40,10 @@ class RunResult:
     records: dict[CellKey, Records] = field(default_factory=dict)
     cdf: dict[CellKey, np.ndarray] = field(default_factory=dict)  # duration at CDF_LEVELS
 
+    @property
+    def fidelity_reason(self) -> str:
+        return self.scenario.fidelity_choice()[1]
+
 
 # Workloads and substrate draws, cached per process: a cell reuses what an earlier cell of the
 # same workload drew (common random numbers; forked workers inherit what the parent drew).

@@ -20,11 +20,15 @@ class Fleet:
         rng: np.random.Generator,
         most: int | None = None,
         defer: bool = False,
+        refill_rng=None,
     ):
         """``most``: the most sandboxes the run can ever hold at once (a quota above it never binds).
         ``defer``: nothing observes operations in flight (no contention), so a create's latency is
         returned for the caller to wait together with the body and the teardown (fewer events)."""
         self.defer = defer
+        # the k-th warm-pool refill draws from refill_rng(k): the same in both fidelities
+        self._refill_rng = refill_rng or (lambda k: rng)
+        self._refills = 0
         self.env = env
         self.sub = sub
         self.rng = rng
@@ -129,11 +133,15 @@ class Fleet:
             self.env.process(self._refill())
 
     def _refill(self):
+        self._refills += 1
+        rng = self._refill_rng(self._refills)
         while True:
             t0 = self.env.now
-            base = float(self.sub.cold_start.sample(self.rng, 1)[0])
-            host, _, _, fails = yield from self.create(base, self.rng.random())
+            base = float(self.sub.cold_start.sample(rng, 1)[0])
+            host, _, latency, fails = yield from self.create(base, rng.random())
             if not fails:
+                if self.defer:  # a deferred create returns before its latency has passed
+                    yield self.env.timeout(latency)
                 break
         self.pool.put((host, t0, self.env.now))
 

@@ -78,7 +78,10 @@ class Cell:
         curves = any(isinstance(getattr(f, ph), dict) for ph in ("create", "exec", "teardown"))
         self._loaded = bool((inf and inf.slowdown) or c.create or c.exec or c.teardown or curves)
         defer = not self.step and not self._loaded
-        self.fleet = Fleet(self.env, sub, self.rng, most=concurrency + scn.policy.warm_pool, defer=defer)
+        self.fleet = Fleet(
+            self.env, sub, self.rng, most=concurrency + scn.policy.warm_pool, defer=defer,
+            refill_rng=lambda k: stream(scn.seed, rep, "pool", sub.name, concurrency, k),
+        )  # fmt: skip
         self.tier = InferenceTier(self.env, scn.cluster.inference)
         self.acc = Accumulator()
         self.sink, self.keep, self.kept = sink, keep, []
