@@ -282,6 +282,10 @@ def calibrate(
             f"{phase:9s} n={f['n']:<5d} {f['selected']:20s} KS={ks['ks']:.3f} (p={ks['ks_pvalue']:.2f})"
             f"  quantile error {rel}  contention slope {f['contention_slope']:.3f}"
         )
+        cov = f["coverage"]
+        if cov["under_sampled"]:
+            for advice in cov["advice"]:
+                err.print(f"{phase:9s} under-sampled: {advice}")
     typer.echo(f"wrote {out} and {png}")
 
 

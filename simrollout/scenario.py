@@ -6,7 +6,6 @@ as one :class:`~simrollout.errors.InputError` naming the file, the field path an
 
 from __future__ import annotations
 
-import bisect
 import copy
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from .contention import Curve
 from .distributions import Constant, Dist
 from .errors import InputError, explain, load_yaml
 
@@ -81,7 +81,8 @@ class Contention(_Model):
     """How a host's operations in flight (``n``, itself included) slow each operation.
 
     Per phase either a slope ``s`` (latency x (1 + s (n - 1))) or a measured curve
-    ``{n: multiplier}`` (piecewise linear through (1, 1), extended past its last point).
+    ``{n: multiplier}``: monotone through the points, a fitted saturation law below the first and
+    beyond the last (see :mod:`simrollout.contention`).
     """
 
     create: Slowdown = 0.0
@@ -94,22 +95,11 @@ class Contention(_Model):
 
 
 def slowdown(spec) -> Callable[[float], float]:
+    """A slope is the straight line ``1 + s (n - 1)``; measured points are a monotone, bounded
+    :class:`simrollout.contention.Curve`."""
     if not isinstance(spec, dict):
         return lambda n, s=float(spec): 1.0 + s * (n - 1.0) if n > 1.0 else 1.0
-    pts = sorted((float(k), float(v)) for k, v in spec.items() if k > 1)
-    xs, ys = [1.0] + [p[0] for p in pts], [1.0] + [p[1] for p in pts]
-    end = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 else 0.0
-
-    def f(n: float) -> float:
-        if n <= 1.0:
-            return 1.0
-        if n >= xs[-1]:
-            return max(ys[-1] + end * (n - xs[-1]), 0.0)
-        k = bisect.bisect_right(xs, n)
-        t = (n - xs[k - 1]) / (xs[k] - xs[k - 1])
-        return ys[k - 1] + t * (ys[k] - ys[k - 1])
-
-    return f
+    return Curve(spec)
 
 
 class Capacity(_Model):

@@ -17,8 +17,10 @@ import numpy as np
 import yaml
 from scipy import stats
 
+from ..contention import Curve
 from ..distributions import (
     Component,
+    Constant,
     Exponential,
     Gamma,
     LogLogistic,
@@ -95,6 +97,12 @@ def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
     """Fit every candidate to ``x``; return the selected Dist and the diagnostics."""
     x = np.asarray(x, dtype=float)
     n = len(x)
+    if np.ptp(x) <= 1e-12 * max(abs(float(x.max())), 1e-12):  # every sample the same: a constant
+        dist = Constant(value=float(x[0]))
+        emp = {k: float(x[0]) for k in QS}
+        only = {"constant": {"ks": 0.0, "ks_pvalue": 1.0, "params": dump_dist(dist)}}
+        return {"selected": "constant", "dist": dist, "n": n, "empirical_quantiles": emp,
+                "quantile_rel_error": {k: 0.0 for k in QS}, "candidates": only}  # fmt: skip
     cands = {}
     for name, dist, ll, k in _candidates(x):
         if not np.isfinite(ll):
@@ -178,6 +186,40 @@ def _slope(loads: list[float], ratios: list[float]) -> float:
     return max(0.0, float((dx * dy).sum() / (dx * dx).sum()))
 
 
+MIN_LEVELS = 4  # load levels above 1 that a contention curve needs
+MIN_PER_LEVEL = 30  # successful samples per level
+PROBE_LEVELS = "1,2,4,8,16,32,64"
+
+
+def coverage(per_level: dict[int, dict]) -> dict:
+    """Is a phase's contention curve under-sampled, and what to probe next."""
+    loaded = {c: lv for c, lv in per_level.items() if lv["in_flight"] > 1.0}
+    advice = []
+    if len(loaded) < MIN_LEVELS:
+        advice.append(f"only {len(loaded)} load level(s) above 1 in flight (need {MIN_LEVELS}): "
+                      f"probe --concurrency {PROBE_LEVELS}")  # fmt: skip
+    thin = [c for c, lv in per_level.items() if lv["n"] - lv["failures"] < MIN_PER_LEVEL]
+    if thin:
+        advice.append(f"fewer than {MIN_PER_LEVEL} samples at concurrency {thin}: probe more sandboxes "
+                      "or commands per level")  # fmt: skip
+    short = [c for c, lv in loaded.items() if lv["in_flight"] < 0.5 * c]
+    if short:
+        advice.append(f"concurrency {short} never filled (mean in flight under half the level): "
+                      "use more sandboxes per level or --mode burst")  # fmt: skip
+    levels = sorted(loaded)
+    gaps = [(a, b) for a, b in zip([1] + levels, levels) if b > 4 * a]
+    if gaps:
+        advice.append(f"gaps in the load range {gaps}: add levels between them")
+    top = max((lv["in_flight"] for lv in per_level.values()), default=1.0)
+    return {
+        "load_levels": len(loaded),
+        "min_samples": min((lv["n"] - lv["failures"] for lv in per_level.values()), default=0),
+        "max_in_flight": round(float(top), 3),
+        "under_sampled": bool(advice),
+        "advice": advice,
+    }
+
+
 def calibrate(records: list[dict], name: str, criterion: str = "aic") -> tuple[dict, dict]:
     """Records -> (profile mapping, per-phase fits with their samples, for plots)."""
     by_phase = _check(records)
@@ -216,6 +258,8 @@ def calibrate(records: list[dict], name: str, criterion: str = "aic") -> tuple[d
         fits_out[phase] = {k: v for k, v in fit.items() if k != "dist"} | {
             "by_concurrency": per_level,
             "contention_slope": slope,
+            "contention_law": Curve(curve).describe() if curve else None,
+            "coverage": coverage(per_level),
         }
         plots[phase] = (base, fit["dist"], fit["selected"])
         if phase in PHASE_FIELD:

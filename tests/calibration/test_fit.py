@@ -166,3 +166,47 @@ def test_shipped_profiles_load_and_cite_their_source(root):
         prof = load_profile(p)
         prov = prof.provenance
         assert prov.get("source") or prov.get("probe_files"), p
+
+
+def test_calibrate_says_when_a_curve_is_under_sampled_and_what_to_probe(tmp_path):
+    slow = (lambda r: r.lognormal(np.log(0.15), 0.2), 0.05)
+    sparse = calibrate(read_records([records(tmp_path, {"create": slow, "exec": slow, "teardown": slow},
+                                             levels=(1, 8, 32), n=40)]), "x")[0]  # fmt: skip
+    cov = sparse["fits"]["create"]["coverage"]
+    assert cov["under_sampled"] and cov["load_levels"] == 2
+    assert any("--concurrency 1,2,4,8,16,32,64" in a for a in cov["advice"])
+    assert any("gaps" in a for a in cov["advice"])
+    dense = calibrate(read_records([records(tmp_path, {"create": slow, "exec": slow, "teardown": slow},
+                                            levels=(1, 2, 4, 8, 16), n=40, name="d.jsonl")]), "x")[0]  # fmt: skip
+    cov = dense["fits"]["create"]["coverage"]
+    assert not cov["under_sampled"], cov["advice"]
+    assert dense["fits"]["create"]["contention_law"]["exponent"] > 0
+
+
+def test_a_calibrated_curve_predicts_unmeasured_levels_of_a_known_law(tmp_path):
+    # probes from operations slowed by a known saturation law; the fitted curve at 12 and 48
+    # in flight (never probed) is within 10% of the law
+    from simrollout.contention import law
+
+    truth = (3.0, 1.0, 3.0)
+    lines = []
+    for c in (1, 2, 4, 8, 16, 32, 64):
+        rng = np.random.default_rng(c)
+        clock = [0.0] * c
+        for i in range(max(40, 2 * c)):
+            lat = float(rng.lognormal(np.log(0.1), 0.1)) * float(law(c, *truth))
+            start = clock[i % c]
+            clock[i % c] += lat
+            lines.append(dict(run_id="r", backend="synthetic", backend_version="0", engine_version="0", host="h",
+                              image="i", phase="create", start=start, latency=lat, concurrency=c,
+                              mode="burst", ok=True, error=None, sandbox=i))  # fmt: skip
+            for ph in ("exec", "teardown"):
+                lines.append({**lines[-1], "phase": ph, "latency": 0.05, "start": start + 1e9})
+    p = tmp_path / "law.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    prof = calibrate(read_records([p]), "law")[0]
+    from simrollout.scenario import slowdown
+
+    f = slowdown(prof["substrate"]["contention"]["create"])
+    for n in (12, 48, 100):
+        assert f(n) == pytest.approx(float(law(n, *truth)), rel=0.10), n
