@@ -147,11 +147,12 @@ def matrix_markdown(rows: list[dict]) -> str:
     """The matrix as the table recorded in docs/performance.md."""
     from simrollout.fidelity import METRICS
 
-    head = ["row", *METRICS, "step s", "traj. s", "speedup", "within"]
+    head = ["row", *METRICS, "step s", "traj. s", "speedup", "within", "auto runs"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["row"], *(f"{r[m]:+.2f}" for m in METRICS), f"{r['step_wall_s']:.1f}"]
         cells += [f"{r['trajectory_wall_s']:.2f}", f"{r['speedup']}x", "yes" if r["within"] else "**no**"]
+        cells.append(r["auto"] if r["auto"] == "trajectory" else f"**{r['auto']}**")
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 

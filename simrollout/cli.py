@@ -198,9 +198,13 @@ def plan(
 def probe(
     backend: str = typer.Argument(..., help="process, docker, kubernetes, daytona, e2b, modal or ec2."),
     out: Path = typer.Option(None, "--out", "-o", help="JSONL file to append to."),
-    sandboxes: int = typer.Option(10, help="Sandbox lifecycles per concurrency level."),
+    sandboxes: int = typer.Option(
+        0, help="Sandbox lifecycles per concurrency level (0: max(32, 2 x level), enough to fill it)."
+    ),
     commands: int = typer.Option(10, help="Exec round trips per sandbox."),
-    concurrency: str = typer.Option("1", help="Comma-separated levels, e.g. 1,8,32."),
+    concurrency: str = typer.Option(
+        "1,2,4,8,16,32,64", help="Comma-separated levels; the default covers a contention curve's range."
+    ),
     mode: str = typer.Option("sequential", help="sequential, staggered or burst."),
     gap: float = typer.Option(0.1, help="Seconds between starts in staggered mode."),
     image: str = typer.Option("simrollout-busybox:local", help="Image (or template, AMI)."),
@@ -215,6 +219,10 @@ def probe(
 
     if mode not in MODES:
         raise InputError(f"--mode: expected one of {list(MODES)}, got '{mode}'.")
+    if sandboxes < 0 or commands < 1:
+        raise InputError(
+            f"--sandboxes must be >= 0 (0: automatic) and --commands >= 1, got {sandboxes} and {commands}."
+        )
     try:
         levels = tuple(int(c) for c in concurrency.split(","))
         assert all(c > 0 for c in levels)
@@ -298,32 +306,67 @@ def validate(
     concurrency: str = typer.Option("1,8,32", help="Comma-separated levels."),
     tool_median: float = typer.Option(0.05, help="Median of the lognormal command duration, s."),
     tool_p99: float = typer.Option(0.5, help="p99 of the lognormal command duration, s."),
+    held_out: bool = typer.Option(
+        False,
+        "--held-out",
+        help="The held-out workload: another tool mix, an LLM wait, staggered "
+        "arrivals, levels 12 and 48 (overrides --concurrency and the tool options).",
+    ),  # fmt: skip
     image: str = typer.Option("simrollout-busybox:local", help="Image."),
     seed: int = typer.Option(0, help="Seed of the drawn command durations."),
     record: Path | None = typer.Option(None, help="Folder to record inputs, measurements and comparison."),
 ) -> None:
-    """Run a real mini-rollout, simulate the same, and print the difference per metric."""
+    """Run a real mini-rollout, simulate the same, and print the difference per metric and target.
+    Exit code 1 when a target is missed."""
     from rich.table import Table
 
     from .calibration.backends import get_backend
-    from .calibration.validate import compare, mini_rollout_scenario, real_rollout
+    from .calibration.validate import HELD_OUT, compare, mini_rollout_scenario, real_rollout
     from .calibration.validate import record as keep
 
-    levels = [int(c) for c in concurrency.split(",")]
+    try:
+        levels = [int(c) for c in concurrency.split(",")]
+        assert all(c > 0 for c in levels) and trajectories > 0 and steps > 0
+    except (ValueError, AssertionError):
+        raise InputError(
+            f"validate: expected --concurrency as positive integers like 1,8,32 (got '{concurrency}') "
+            f"and positive --trajectories and --steps (got {trajectories} and {steps})."
+        ) from None
+    if not profile.is_file():
+        raise InputError(f"--profile {profile}: file not found; calibrate one with 'simrollout calibrate'.")
     tool = {"kind": "lognormal", "median": tool_median, "p99": tool_p99}
-    scn = mini_rollout_scenario(profile, trajectories, steps, levels, tool, seed)
+    llm, rate = 0, None
+    if held_out:
+        levels, tool, llm, rate = (
+            HELD_OUT["levels"],
+            HELD_OUT["tool"],
+            HELD_OUT["llm"],
+            HELD_OUT["arrival_rate"],
+        )
+    scn = mini_rollout_scenario(profile, trajectories, steps, levels, tool, seed, llm, rate)
     be = get_backend(backend)
     real = real_rollout(be, scn, image)
     table = compare(real, scn)
-    t = Table(title=f"validate: {trajectories} x {steps} steps on {backend}")
-    for col in ("concurrency", "metric", "real", "simulated", "diff %"):
+    kind = "held-out workload" if held_out else "workload"
+    t = Table(title=f"validate: {trajectories} x {steps} steps on {backend}, {kind}")
+    for col in ("concurrency", "metric", "real", "simulated", "diff %", "target"):
         t.add_column(col, justify="right")
+    missed = 0
     for _, r in table.iterrows():
-        t.add_row(str(r.concurrency), r.metric, f"{r.real:.3f}", f"{r.simulated:.3f}", f"{r.diff_pct:+.1f}")
+        tgt = r.target_pct
+        ok = tgt is None or tgt != tgt or abs(r.diff_pct) <= tgt
+        missed += not ok
+        mark = "" if tgt is None or tgt != tgt else f"{'ok' if ok else 'MISSED'} ±{tgt:.0f}%"
+        t.add_row(
+            str(r.concurrency), r.metric, f"{r.real:.3f}", f"{r.simulated:.3f}", f"{r.diff_pct:+.1f}", mark
+        )
     Console().print(t)
     if record is not None:
         keep(record, scn, real, table, be)
         typer.echo(f"recorded in {record}/")
+    if missed:
+        err.print(f"{missed} target(s) missed")
+        raise typer.Exit(1)
 
 
 def main() -> None:

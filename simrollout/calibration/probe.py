@@ -66,14 +66,18 @@ class RecordWriter:
 
 @dataclass
 class ProbePlan:
-    sandboxes: int = 10  # lifecycles per concurrency level
+    sandboxes: int = 0  # lifecycles per concurrency level; 0: max(32, 2 x level)
     commands: int = 10  # exec round trips per sandbox
-    levels: tuple[int, ...] = (1,)
+    levels: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     mode: str = "sequential"
     gap: float = 0.1  # seconds between starts in staggered mode
     image: str = "simrollout-busybox:local"
     command: str = "true"
     files: bool = True  # time a small upload and download where the backend has them
+
+    def count(self, level: int) -> int:
+        """Lifecycles at ``level``: enough to fill it twice and give 32 samples of each phase."""
+        return self.sandboxes or max(32, 2 * level)
 
 
 def probe(
@@ -152,7 +156,7 @@ def probe(
             with ThreadPoolExecutor(level) as pool:
                 futures = []
                 try:
-                    for idx in range(plan.sandboxes):
+                    for idx in range(plan.count(level)):
                         if plan.mode == "staggered" and idx:
                             time.sleep(plan.gap)
                         elif plan.mode == "burst" and idx and idx % level == 0:

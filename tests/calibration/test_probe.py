@@ -27,7 +27,7 @@ def test_process_probe_times_every_phase(tmp_path):
 
 def test_failed_commands_are_recorded_not_lost(tmp_path):
     out = tmp_path / "p.jsonl"
-    probe(get_backend("process"), ProbePlan(sandboxes=2, commands=3, command="exit 3"), out)
+    probe(get_backend("process"), ProbePlan(sandboxes=2, commands=3, levels=(1,), command="exit 3"), out)
     execs = [r for r in read_records([out]) if r["phase"] == "exec"]
     assert len(execs) == 6 and not any(r["ok"] for r in execs)
     assert {r["error"] for r in execs} == {"CommandFailed"}
