@@ -30,7 +30,7 @@ def override(scn: Scenario, fields: dict[str, object]) -> Scenario:
     data = base_dict(scn)
     for path, value in fields.items():
         data = set_path(data, path, value)
-    return scenario_from_dict(data, "<override>")
+    return scenario_from_dict(data, f"{scn._source} with " + ", ".join(f"{p}={v}" for p, v in fields.items()))
 
 
 def run(

@@ -45,6 +45,7 @@ def run(
     if over:
         scn = override(scn, over)
     out = out or Path("results") / scn.name
+    _out_folder(out)
     with _progress_bar() as bar:
         task = bar.add_task("run", total=1.0)
         result = run_scenario(
@@ -60,6 +61,11 @@ def run(
     paths = write_results(result, out)
     extra = "" if no_records else " and per-trajectory Parquet in trajectories/"
     typer.echo(f"wrote {len(paths)} files{extra} to {out}/")
+
+
+def _out_folder(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: is a file; expected a results folder (existing or new).")
 
 
 def _progress_bar():
@@ -98,6 +104,7 @@ def sweep(
     scn = load_scenario(scenario)
     sets = dict(parse_set(s) for s in set_)
     out = out or Path("results") / f"{scn.name}-sweep"
+    _out_folder(out)
     with _progress_bar() as bar:
         task = bar.add_task("sweep", total=1.0)
         df = run_sweep(
@@ -148,27 +155,32 @@ def plan(
     from .planner import plan as run_plan
     from .scenario import load_scenario
 
-    def ints(name, text):
+    def ints(name, text, least=0):
         if text is None:
             return None
         try:
             vals = [int(v) for v in text.split(",")]
         except ValueError:
             raise InputError(f"--{name}: expected integers like 64,256, got '{text}'.") from None
-        if any(v < 0 for v in vals):
-            raise InputError(f"--{name}: expected non-negative integers, got '{text}'.")
+        if any(v < least for v in vals):
+            raise InputError(f"--{name}: expected integers of at least {least}, got '{text}'.")
         return vals
 
     scn = load_scenario(scenario)
+    for name, v in (("throughput", throughput), ("budget", budget)):
+        if v is not None and not (v > 0 and v < float("inf")):
+            raise InputError(f"plan {scenario}: --{name} must be a positive number, got {v}.")
+    if sample < 1:
+        raise InputError(f"plan {scenario}: --sample must be at least 1, got {sample}.")
     target = Target(parse_duration(deadline) if deadline else None, throughput, budget)
     with _progress_bar() as bar:
         task = bar.add_task("plan", total=1.0)
         result = run_plan(
             scn,
             target,
-            ints("concurrency", concurrency),
+            ints("concurrency", concurrency, 1),
             ints("warm-pool", warm_pool),
-            ints("hosts", hosts),
+            ints("hosts", hosts, 1),
             sample=sample,
             executor=executor,
             jobs=jobs,
@@ -230,8 +242,10 @@ def probe(
         raise InputError(
             f"--concurrency: expected positive integers like 1,8,32, got '{concurrency}'."
         ) from None
-    be = get_backend(backend)
     out = out or Path("calibration/probes") / f"{backend}-{dt.date.today():%Y%m%d}.jsonl"
+    if out.is_dir():
+        raise InputError(f"-o {out}: is a directory; expected a JSONL file to append probe records to.")
+    be = get_backend(backend)
     plan = ProbePlan(sandboxes, commands, levels, mode, gap, image, command)
     counts: dict[str, int] = {}
 
@@ -374,7 +388,9 @@ def main() -> None:
     try:
         app()
     except InputError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

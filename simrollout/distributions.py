@@ -34,8 +34,23 @@ from scipy import optimize, stats
 Z99 = float(stats.norm.ppf(0.99))
 
 
+def no_bools(data, fields: dict):
+    """Refuse ``true``/``false`` where a number is expected (pydantic would read them as 1/0)."""
+    if isinstance(data, dict):
+        for name, value in data.items():
+            f = fields.get(name)
+            if isinstance(value, bool) and f is not None and f.annotation is not bool:
+                raise ValueError(f"'{name}' is {str(value).lower()}; expected a number")
+    return data
+
+
 class _Base(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data):
+        return no_bools(data, cls.model_fields)
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """Draw ``size`` values (seconds, or counts for discrete kinds)."""
@@ -52,11 +67,18 @@ class _Base(BaseModel):
 
     @model_validator(mode="after")
     def _finite_mean(self):
-        if not math.isfinite(self.mean()):
+        try:
+            with np.errstate(all="ignore"):
+                mean, tail = self.mean(), float(np.max(self.ppf(0.999)))
+        except (OverflowError, ValueError, FloatingPointError, ZeroDivisionError):
+            mean = tail = math.inf
+        if not math.isfinite(mean):
             raise ValueError(
                 f"this {self.kind} distribution has an infinite mean; "
                 "choose parameters with a finite mean (e.g. log-logistic shape c > 1)"
             )
+        if not math.isfinite(tail) or tail > 1e12:
+            raise ValueError(f"this {self.kind} distribution's p99.9 ({tail:.3g}) is beyond any latency")
         return self
 
 
@@ -106,10 +128,12 @@ class Lognormal(_Shifted):
     @classmethod
     def _one_form(cls, data):
         if isinstance(data, dict):
+            if "median" in data and "sigma" in data and "mu" not in data and "p99" not in data:
+                return data  # median and sigma: the way a lognormal is often quoted
             by_log = "mu" in data or "sigma" in data
             by_q = "median" in data or "p99" in data
             if by_log == by_q:
-                raise ValueError("give either mu and sigma, or median and p99")
+                raise ValueError("give mu and sigma, median and p99, or median and sigma")
             if by_q and not ("median" in data and "p99" in data):
                 raise ValueError("give both median and p99")
             if by_log and not ("mu" in data and "sigma" in data):
@@ -122,6 +146,8 @@ class Lognormal(_Shifted):
     def params(self) -> tuple[float, float]:
         if self.mu is not None:
             return self.mu, self.sigma
+        if self.sigma is not None:
+            return math.log(self.median), self.sigma
         mu = math.log(self.median)
         return mu, (math.log(self.p99) - mu) / Z99
 

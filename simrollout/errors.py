@@ -12,14 +12,35 @@ class InputError(Exception):
     """Bad user input; the CLI prints the message and exits with code 2."""
 
 
+MAX_BYTES = 5_000_000  # a scenario, profile or spec is a few kB; refuse what cannot be one
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """A text file decoded as UTF-8, or an InputError naming the file and the first bad byte."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory; expected a {what}.")
+    if not path.is_file():
+        raise InputError(f"{path}: file not found.")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); save the {what} as UTF-8."
+        ) from None
+
+
 def load_yaml(path: str | Path) -> tuple[object, yaml.Node | None]:
     """Parse a YAML file; return the data and its node tree (for line numbers)."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: file not found.")
-    text = path.read_text()
+    if path.is_file() and path.stat().st_size > MAX_BYTES:
+        raise InputError(f"{path}: {path.stat().st_size:,} bytes; a YAML input is at most {MAX_BYTES:,}.")
+    text = read_text(path, "YAML file")
     try:
         return yaml.safe_load(text), yaml.compose(text)
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to be a scenario, profile or spec.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

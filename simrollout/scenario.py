@@ -20,18 +20,24 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from .contention import Curve
-from .distributions import Constant, Dist
+from .distributions import Constant, Dist, no_bools
 from .errors import InputError, explain, load_yaml
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data):
+        return no_bools(data, cls.model_fields)
 
 
 class Tool(_Model):
@@ -49,6 +55,12 @@ class Workload(_Model):
     tools: dict[str, Tool] = Field(min_length=1)
     setup: Dist | None = None
     reward: Dist | None = None
+
+    @model_validator(mode="after")
+    def _at_least_one_step(self):
+        if self.steps.mean() < 1:
+            raise ValueError(f"'steps' must be at least 1 on average, got a mean of {self.steps.mean():g}")
+        return self
 
 
 Chance = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -204,6 +216,7 @@ class Scenario(_Model):
     cluster: Cluster
     policy: Policy = Policy()
     arrivals: Arrivals = Arrivals()
+    _source: str = PrivateAttr("<scenario>")  # the file it came from, for error messages
 
     @field_validator("substrates")
     @classmethod
@@ -296,9 +309,11 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
             prof = load_profile(_resolve(sub["profile"], path))
             data["substrates"][i] = {"name": prof.name, **_merge(prof.substrate, sub)}
     try:
-        return Scenario.model_validate(data)
+        scn = Scenario.model_validate(data)
     except ValidationError as exc:
         raise explain(exc, path, node) from None
+    scn._source = str(path)
+    return scn
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -25,7 +25,11 @@ def parse_set(text: str) -> tuple[str, list]:
     path, values = text.split("=", 1)
     if not path or not values:
         raise InputError(f"--set '{text}': expected PATH=VALUE[,VALUE...].")
-    return path.strip(), [yaml.safe_load(v) for v in values.split(",")]
+    try:
+        return path.strip(), [yaml.safe_load(v) for v in values.split(",")]
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"--set '{text}': a value is not a YAML scalar ({problem}).") from None
 
 
 def set_path(data: dict, path: str, value) -> dict:
@@ -61,7 +65,9 @@ def base_dict(scn: Scenario) -> dict:
     return data
 
 
-def grid(scn: Scenario, sets: dict[str, list], source: str | Path = "<sweep>") -> list[tuple[dict, Scenario]]:
+def grid(
+    scn: Scenario, sets: dict[str, list], source: str | Path | None = None
+) -> list[tuple[dict, Scenario]]:
     """Every combination of ``sets`` applied to ``scn``; each validated like a scenario file."""
     base = base_dict(scn)
     out = []
@@ -71,7 +77,7 @@ def grid(scn: Scenario, sets: dict[str, list], source: str | Path = "<sweep>") -
         for p, v in zip(paths, combo):
             data = set_path(data, p, v)
         point = dict(zip(paths, combo))
-        where = f"{source} with " + ", ".join(f"{p}={v}" for p, v in point.items())
+        where = f"{source or scn._source} with --set " + ", ".join(f"{p}={v}" for p, v in point.items())
         out.append((point, scenario_from_dict(data, where)))
     return out
 

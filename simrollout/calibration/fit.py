@@ -135,6 +135,9 @@ def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
 
 def _check(records: list[dict]) -> dict[str, dict]:
     """Group by phase; refuse NaN/negative latencies, too few samples and failure-only phases."""
+    if not records:
+        raise InputError("no probe records in the given file(s); probe first ('simrollout probe').")
+    files = ", ".join(sorted({str(r["_file"]) for r in records}))
     by_phase: dict[str, list[dict]] = {}
     for r in records:
         by_phase.setdefault(r["phase"], []).append(r)
@@ -152,13 +155,13 @@ def _check(records: list[dict]) -> dict[str, dict]:
         ok = sum(r["ok"] for r in rs)
         if rs and ok == 0:
             raise InputError(
-                f"phase '{phase}': all {len(rs)} records are failures; nothing to fit. Check the "
-                "backend and image, then probe again."
+                f"{files}: phase '{phase}': all {len(rs)} records are failures; nothing to fit. Check "
+                "the backend and image, then probe again."
             )
         if ok < MIN_SAMPLES:
             raise InputError(
-                f"phase '{phase}': {ok} successful samples, at least {MIN_SAMPLES} are needed for "
-                "a fit; probe more sandboxes or commands."
+                f"{files}: phase '{phase}': {ok} successful samples, at least {MIN_SAMPLES} are needed "
+                "for a fit; probe more sandboxes or commands."
             )
     return by_phase
 

@@ -195,25 +195,32 @@ def _raise_interrupt(signum, frame):
 
 def read_records(paths: list[Path]) -> list[dict]:
     """Read JSONL probe records; a malformed line is an InputError naming file and line."""
-    from ..errors import InputError
+    from ..errors import InputError, read_text
 
     out = []
     required = {f for f in ProbeRecord.__dataclass_fields__ if f != "command"}
     for path in paths:
-        if not Path(path).is_file():
-            raise InputError(f"{path}: file not found.")
-        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        for n, line in enumerate(read_text(path, "JSONL file of probe records").splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InputError(f"{path}: line {n} is not valid JSON ({exc.msg}).") from None
+            if not isinstance(rec, dict):
+                raise InputError(
+                    f"{path}: line {n} is {line.strip()[:40]!r}; expected a JSON object (a probe record)."
+                )
             missing = required - set(rec)
             if missing:
                 raise InputError(
                     f"{path}: line {n}: probe record lacks field(s) {sorted(missing)}; expected the "
                     "fields written by 'simrollout probe'."
+                )
+            lat = rec["latency"]
+            if lat is not None and (isinstance(lat, bool) or not isinstance(lat, int | float)):
+                raise InputError(
+                    f"{path}: line {n}: field 'latency' is {lat!r}; expected seconds (a number)."
                 )
             rec["_file"], rec["_line"] = str(path), n
             out.append(rec)

@@ -1,0 +1,91 @@
+"""Classes of bad input across the verbs: exit code 2, one paragraph naming the file (or option)
+and what was expected, never a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.conftest import cli, make
+
+
+def _yaml(tmp_path, data, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def _bytes(tmp_path, data: bytes, name="s.yaml"):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+GOOD = yaml.safe_dump(make())
+RECORD = {"run_id": "r", "backend": "b", "backend_version": "0", "engine_version": "0", "host": "h",
+          "image": "i", "phase": "create", "start": 0.0, "latency": 0.1, "concurrency": 1,
+          "mode": "sequential", "ok": True, "error": None, "sandbox": 0}  # fmt: skip
+
+# name -> (files to write: {name: str | bytes | dict}, argv with {name} placeholders, words expected)
+CASES = {
+    "binary scenario": ({"s.yaml": b"\x89PNG\r\n\x1a\n\x00\x00"}, ["run", "{s.yaml}"], ["not UTF-8", "byte 0"]),
+    "utf-16 scenario": ({"s.yaml": GOOD.encode("utf-16")}, ["run", "{s.yaml}"], ["not UTF-8"]),
+    "latin-1 comment": ({"s.yaml": ("# caf\xe9\n" + GOOD).encode("latin-1")}, ["run", "{s.yaml}"], ["not UTF-8", "byte 5"]),
+    "deep nesting": ({"s.yaml": "[" * 20000 + "]" * 20000}, ["run", "{s.yaml}"], ["nested too deeply"]),
+    "lognormal mu 1000": ({"s.yaml": make(**{"workload.llm_time": {"kind": "lognormal", "mu": 1000, "sigma": 1}})},
+                          ["run", "{s.yaml}"], ["workload.llm_time"]),
+    "inf slowdown": ({"s.yaml": GOOD.replace("concurrency: 1", "concurrency: 1\n  inference: {engines: 2, slowdown: .inf}")},
+                     ["run", "{s.yaml}"], ["cluster.inference.slowdown", "finite"]),
+    "inf contention": ({"s.yaml": make(**{"substrates.0.contention": {"exec": float("inf")}})},
+                       ["run", "{s.yaml}"], ["substrates.0.contention.exec"]),
+    "boolean concurrency": ({"s.yaml": make(**{"cluster.concurrency": True})}, ["run", "{s.yaml}"],
+                            ["cluster", "'concurrency' is true", "expected a number"]),
+    "zero steps": ({"s.yaml": make(**{"workload.steps": 0})}, ["run", "{s.yaml}"], ["workload", "at least 1"]),
+    "directory as scenario": ({"d/x": "x"}, ["run", "{d}"], ["is a directory"]),
+    "run --out a file": ({"s.yaml": make(), "f.txt": "x"}, ["run", "{s.yaml}", "--out", "{f.txt}"], ["--out", "is a file"]),
+    "sweep bad YAML value": ({"s.yaml": make()}, ["sweep", "{s.yaml}", "--set", "name=[oops"], ["--set", "YAML"]),
+    "sweep bad field names the file": ({"s.yaml": make()}, ["sweep", "{s.yaml}", "--set", "workload.steps=-4"],
+                                       ["s.yaml with --set", "workload.steps"]),
+    "plan concurrency 0": ({"s.yaml": make()}, ["plan", "{s.yaml}", "--deadline", "1h", "--concurrency", "0"],
+                           ["--concurrency", "at least 1"]),
+    "plan negative throughput": ({"s.yaml": make()}, ["plan", "{s.yaml}", "--throughput", "-5"],
+                                 ["--throughput", "positive"]),
+    "calibrate a number line": ({"p.jsonl": "42\n"}, ["calibrate", "{p.jsonl}", "-o", "{out.yaml}"],
+                                ["p.jsonl", "line 1", "JSON object"]),
+    "calibrate a word latency": ({"p.jsonl": json.dumps({**RECORD, "latency": "fast"}) + "\n"},
+                                 ["calibrate", "{p.jsonl}", "-o", "{out.yaml}"], ["line 1", "latency", "number"]),
+    "calibrate an empty file": ({"p.jsonl": ""}, ["calibrate", "{p.jsonl}", "-o", "{out.yaml}"], ["no probe records"]),
+    "calibrate too few": ({"p.jsonl": json.dumps(RECORD) + "\n"}, ["calibrate", "{p.jsonl}", "-o", "{out.yaml}"],
+                          ["p.jsonl", "at least 10"]),
+    "probe -o a directory": ({"d/x": "x"}, ["probe", "process", "-o", "{d}"], ["is a directory"]),
+    "probe negative sandboxes": ({}, ["probe", "process", "--sandboxes", "-3", "-o", "{p.jsonl}"], ["--sandboxes"]),
+    "probe zero commands": ({}, ["probe", "process", "--commands", "0", "-o", "{p.jsonl}"], ["--commands"]),
+    "validate bad levels": ({"x.yaml": "a: 1"}, ["validate", "--profile", "{x.yaml}", "--concurrency", "1,x"],
+                            ["--concurrency"]),
+    "validate missing profile": ({}, ["validate", "--profile", "{nope.yaml}"], ["nope.yaml", "not found"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_one_paragraph_exit_2_no_traceback(tmp_path, name):
+    files, argv, words = CASES[name]
+    for fname, content in files.items():
+        p = tmp_path / fname
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        else:
+            p.write_text(content if isinstance(content, str) else yaml.safe_dump(content, sort_keys=False))
+    args = []
+    for a in argv:
+        if a.startswith("{") and a.endswith("}"):
+            a = str(tmp_path / a[1:-1])
+        args.append(a)
+    r = cli(*args)
+    assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-1500:])
+    assert "Traceback" not in r.stderr
+    msg = " ".join(r.stderr.split())
+    for w in words:
+        assert w in msg, (w, msg)
