@@ -94,9 +94,11 @@ class Cell:
         # its current segment in generation (the tier) and in exec overhead (per host)
         self._gen_load = 0.0
         self._heads = bool(inf and inf.slowdown)  # a segment's first generation waited on its own
+        self._slowdown, self._engines = (inf.slowdown, inf.engines) if self._heads else (0.0, 1)
+        self._f_exec = self.fleet.factor["exec"]
         # segment control: the load is steady in an async batch run once every worker has
         # started a body and until the queue runs dry
-        self._steady = scn.policy.mode == "async" and scn.arrivals.kind == "batch"
+        self._steady_run = scn.policy.mode == "async" and scn.arrivals.kind == "batch"
         self._ramp = min(concurrency, work.n)
         self._ramped = self._draining = False
         self._long: dict[int, simpy.Process] = {}  # bodies in one long wait, cut short by the drain
@@ -109,7 +111,7 @@ class Cell:
             d = draw_substrate(self.scn, self.sub, self.rep, w, c, detail=self.step)
             sl = slice(lo, lo + len(d.cold))
             inputs = np.column_stack(
-                [d.cold, d.warm, d.teardown, d.u_create, d.u_exec, w.calls[sl],
+                [d.cold, d.warm, d.teardown, d.u_create, d.u_exec, d.u_teardown, w.calls[sl],
                  w.llm[sl], d.overhead, w.tool[sl], w.setup[sl], w.reward[sl], w.steps[sl]]
             )  # fmt: skip
             arrival = np.zeros(len(inputs))
@@ -192,8 +194,7 @@ class Cell:
         env, sub, fleet = self.env, self.sub, self.fleet
         min_bill = sub.billing.minimum_seconds
         st = self._chunk(i // CHUNK)
-        cold0, warm0, td0, u_create0, u_exec0, calls = st.inputs[i - st.lo, :6].tolist()
-        u_td0 = float(st.draws.u_teardown[i - st.lo])
+        cold0, warm0, td0, u_create0, u_exec0, u_td0, calls = st.inputs[i - st.lo, :7].tolist()
         start = env.now
         deadline = start + (self.scn.policy.timeout or math.inf)
         attempt, waited_all, worker, sandbox, llm_all, steps, warm_hit = 0, 0.0, 0.0, 0.0, 0.0, 0, False
@@ -273,16 +274,16 @@ class Cell:
         """Generation and exec-overhead multipliers for a body on ``host`` at the current load of
         the other bodies (a request joins the least-loaded engine, about half a request below
         the mean; an exec counts itself, as in the step engine)."""
-        inf = self.scn.cluster.inference
         x_l = 1.0
-        if inf and inf.slowdown:
-            x_l = 1.0 + inf.slowdown * max(self._gen_load / inf.engines - _JSQ, 0.0)
-        return x_l, self.fleet.factor["exec"](1.0 + self.fleet.load(host))
+        if self._heads:  # a loaded tier
+            x_l = 1.0 + self._slowdown * max(self._gen_load / self._engines - _JSQ, 0.0)
+        fleet = self.fleet
+        return x_l, self._f_exec(1.0 + fleet.ops[host] + fleet.exec_load[host])
 
     def _settled(self) -> bool:
         """The load is steady: an async batch run whose every worker is busy and whose queue is
         not yet empty. Then a body waits its remainder at once instead of in segments."""
-        return self._steady and self._ramped and not self._draining
+        return self._steady_run and self._ramped and not self._draining
 
     def _detail(self, c: int) -> ChunkDetail:
         st = self._chunks[c]
@@ -317,7 +318,7 @@ class Cell:
         loses its sandbox runs exactly up to the failing call (per-step detail)."""
         env, st = self.env, self._chunks[i // CHUNK]
         j = i - st.lo
-        _, llm, over, tool, setup, reward, steps = st.inputs[j, 5:].tolist()
+        _, llm, over, tool, setup, reward, steps = st.inputs[j, 6:].tolist()
         status, units, tail = OK, steps, None
         if fail_call:
             status = LOST
@@ -344,11 +345,27 @@ class Cell:
         self.active += 1
         try:
             start = (0.0, 0.0, 0.0)
-            if tail is None and self._settled():
-                start = yield from self._steady_wait(i, host, deadline, units, per, setup, reward)
-                if start[0] is None:
-                    return start[1:]
-                setup, reward = start[3:]
+            steady = None
+            if tail is None and self._steady_run and self._ramped and not self._draining:
+                steady = self._steady(host, deadline, units, per, setup, reward)
+            if steady is not None:  # one wait; the start of the drain cuts it short
+                d, x_l, rate, c_g, c_e = steady
+                self._gen_load += c_g
+                fleet.exec_load[host] += c_e
+                self._long[i] = env.active_process
+                try:
+                    yield env.timeout(d)
+                    st.gen[j] = (t0, env.now, per[0] * x_l / rate if rate > 0 else 0.0)
+                    return OK, per[0] * x_l * units, int(units), d
+                except simpy.Interrupt:
+                    spent = env.now - t0
+                finally:
+                    self._long.pop(i, None)
+                    self._gen_load -= c_g
+                    fleet.exec_load[host] -= c_e
+                done = min(max(spent - setup, 0.0) / rate, units) if rate > 0 else units
+                start = (done, per[0] * x_l * done, spent)
+                setup, reward = max(setup - spent, 0.0), min(reward, d - spent)
             out = yield from self._segments(
                 i, host, deadline, status, units, per, setup, reward, tail, start[:3]
             )
@@ -359,35 +376,16 @@ class Cell:
         st.gen[j] = (t0, env.now, g / work_time if work_time > 0 else 0.0)
         return status, g, done, env.now - t0
 
-    def _steady_wait(self, i, host, deadline, units, per, setup, reward):
-        """The whole body as one wait at the steady load. Returns ``(None, status, g, done, dur)``
-        when it ran through, else where it stands for the segments to go on from: ``(steps done,
-        generation so far, time so far, setup left, reward left)`` (cut short by the drain, or
-        a body that may reach its deadline, which the segments cut exactly)."""
-        env, fleet, t0 = self.env, self.fleet, self.env.now
+    def _steady(self, host, deadline, units, per, setup, reward):
+        """The whole body as one wait at the steady load: ``(duration, x_l, seconds per step,
+        generating share, exec share)``, or None for a body that may reach its deadline (the
+        segments cut it exactly)."""
         x_l, x_e = self._multipliers(host)
         rate = per[0] * x_l + per[1] * x_e + per[2]
         d = setup + units * rate + reward
-        if t0 + (d - reward) * _AT_RISK > deadline or d <= 0:
-            return 0.0, 0.0, 0.0, setup, reward
-        c_g, c_e = per[0] * x_l * units / d, per[1] * x_e * units / d
-        self._gen_load += c_g
-        fleet.exec_load[host] += c_e
-        self._long[i] = env.active_process
-        try:
-            yield env.timeout(d)
-            st = self._chunks[i // CHUNK]
-            st.gen[i - st.lo] = (t0, env.now, per[0] * x_l / rate if rate > 0 else 0.0)
-            return None, OK, per[0] * x_l * units, int(units), d
-        except simpy.Interrupt:
-            pass
-        finally:
-            self._long.pop(i, None)
-            self._gen_load -= c_g
-            fleet.exec_load[host] -= c_e
-        spent = env.now - t0
-        done = min(max(spent - setup, 0.0) / rate, units) if rate > 0 else units
-        return done, per[0] * x_l * done, spent, max(setup - spent, 0.0), min(reward, d - spent)
+        if self.env.now + (d - reward) * _AT_RISK > deadline or d <= 0:
+            return None
+        return d, x_l, rate, per[0] * x_l * units / d, per[1] * x_e * units / d
 
     def _segments(
         self, i, host, deadline, status, units, per, setup, reward, tail=None, start=(0.0, 0.0, 0.0)
