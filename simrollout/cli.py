@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -46,21 +47,51 @@ def run(
         scn = override(scn, over)
     out = out or Path("results") / scn.name
     _out_folder(out)
-    with _progress_bar() as bar:
+    with _atomic_folder(out) as tmp, _progress_bar() as bar:
         task = bar.add_task("run", total=1.0)
         result = run_scenario(
             scn,
             jobs=jobs,
             keep_records=False,
-            records_dir=None if no_records else out / "trajectories",
+            records_dir=None if no_records else tmp / "trajectories",
             progress=lambda done, total: bar.update(task, completed=done / total),
             executor=executor,
             address=address,
         )
+        paths = write_results(result, tmp)
     print_table(result)
-    paths = write_results(result, out)
     extra = "" if no_records else " and per-trajectory Parquet in trajectories/"
     typer.echo(f"wrote {len(paths)} files{extra} to {out}/")
+
+
+@contextmanager
+def _atomic_folder(out: Path):
+    """A temporary folder beside ``out`` that replaces it only when the block completes: a failed
+    or interrupted run leaves an earlier result in ``out`` as it was."""
+    import os
+    import shutil
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if out.exists():
+            err.print(f"{out}/ left as it was; the partial output was removed")
+        raise
+    # swap in entry by entry (other files in ``out`` are left alone)
+    out.mkdir(parents=True, exist_ok=True)
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    old.mkdir(exist_ok=True)
+    for entry in tmp.iterdir():
+        if (out / entry.name).exists():
+            (out / entry.name).rename(old / entry.name)
+        entry.rename(out / entry.name)
+    shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _out_folder(out: Path) -> None:
@@ -115,10 +146,10 @@ def sweep(
             address=address,
             progress=lambda done, total: bar.update(task, completed=done / total),
         )
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "sweep.csv", index=False)
-    df.to_parquet(out / "sweep.parquet", index=False)
-    paths = plot_sweep(df, out)
+    with _atomic_folder(out) as tmp:
+        df.to_csv(tmp / "sweep.csv", index=False)
+        df.to_parquet(tmp / "sweep.parquet", index=False)
+        paths = plot_sweep(df, tmp)
     cols = [
         *sets,
         "substrate",

@@ -89,3 +89,24 @@ def test_bad_input_is_one_paragraph_exit_2_no_traceback(tmp_path, name):
     msg = " ".join(r.stderr.split())
     for w in words:
         assert w in msg, (w, msg)
+
+
+def test_a_failed_run_leaves_an_earlier_result_as_it_was(tmp_path):
+    good = tmp_path / "s.yaml"
+    good.write_text(yaml.safe_dump(make()))
+    out = tmp_path / "out"
+    assert cli("run", good, "--out", out).returncode == 0
+    (out / "notes.txt").write_text("mine")
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    # a run that fails after its output folder was prepared
+    r = cli("run", good, "--out", out, "--executor", "nope")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+    # a good run replaces the results and keeps other files
+    assert cli("run", good, "--out", out, "--seed", "9").returncode == 0
+    assert (out / "notes.txt").read_text() == "mine"
+    from pathlib import Path
+
+    assert (out / "summary.json").read_bytes() != before[Path("summary.json")]
