@@ -177,11 +177,20 @@ def plan(
     sample: int = typer.Option(
         20_000, help="Trajectories simulated per configuration (projected to the full run)."
     ),
+    max_failed: float = typer.Option(
+        0.001, "--max-failed", help="Share of trajectories that may time out or fail (0.001 = 0.1%)."
+    ),
+    check: int | None = typer.Option(
+        None,
+        help="Trajectories per replication of the check of the top candidates (default: the "
+        "full run, at most 10 x --sample; 0 skips it).",
+    ),  # fmt: skip
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the evaluated table (CSV) here."),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
 ) -> None:
-    """Find the cheapest substrate, concurrency, warm pool and host count that meets a target."""
+    """Find the cheapest substrate, concurrency, warm pool and host count that meets a target,
+    counting only finished work, and check the winner at a larger size."""
     from .planner import Target, parse_duration
     from .planner import plan as run_plan
     from .scenario import load_scenario
@@ -203,6 +212,10 @@ def plan(
             raise InputError(f"plan {scenario}: --{name} must be a positive number, got {v}.")
     if sample < 1:
         raise InputError(f"plan {scenario}: --sample must be at least 1, got {sample}.")
+    if not 0 <= max_failed < 1:
+        raise InputError(f"plan {scenario}: --max-failed must be a share in [0, 1), got {max_failed}.")
+    if check is not None and check < 0:
+        raise InputError(f"plan {scenario}: --check must be >= 0, got {check}.")
     target = Target(parse_duration(deadline) if deadline else None, throughput, budget)
     with _progress_bar() as bar:
         task = bar.add_task("plan", total=1.0)
@@ -216,18 +229,14 @@ def plan(
             executor=executor,
             jobs=jobs,
             progress=lambda done, total: bar.update(task, completed=done / total),
+            max_failed=max_failed,
+            check=check,
         )
-    cols = [
-        "substrate",
-        "concurrency",
-        "warm_pool",
-        "hosts",
-        "makespan_s",
-        "cost_usd",
-        "worker_hours",
-        "binding",
-    ]
+    cols = ["substrate", "concurrency", "warm_pool", "hosts", "makespan_s", "cost_usd", "worker_hours",
+            "completed", "timeouts", "failed", "binding"]  # fmt: skip
     table = result.table[cols].assign(makespan_h=lambda d: d.makespan_s / 3600).drop(columns="makespan_s")
+    table["lost"] = [f"{x:.2%}" + ("" if ok else " (over budget)")
+                     for x, ok in zip(result.table.lost_fraction, result.table.within_budget)]  # fmt: skip
     typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
     typer.echo(result.describe())
     if out is not None:

@@ -1,9 +1,15 @@
-"""The cheapest configuration that meets a deadline, a throughput or a budget.
+"""The cheapest configuration that meets a deadline, a throughput or a budget — counting only
+finished work.
 
 For each substrate, every combination of concurrency, warm-pool size and host count is simulated
 on a sample of the trajectories (the steady-state throughput of the sample projects the full run:
 ``makespan(N) = makespan(n) + (N - n) / throughput``; worker-hours and sandbox costs scale with N).
-The winner is the cheapest configuration meeting the target (for a budget: the fastest within it).
+A configuration whose timed-out and failed trajectories exceed the failure budget is infeasible,
+whatever it costs (unfinished work is cheap). Throughput counts completed trajectories; cost is
+also given per completed trajectory. The winner is the cheapest feasible configuration meeting
+the target (for a budget: the fastest within it); the top candidates are then simulated again at
+a larger size with replications, and the plan reports those figures with 95% CIs and says when
+the check changes the ranking.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ class Target:
             raise InputError("plan: give exactly one of --deadline, --throughput or --budget.")
 
     def met(self, row) -> bool:
+        if not row.within_budget:
+            return False
         if self.deadline_s is not None:
             return row.makespan_s <= self.deadline_s
         if self.throughput_per_h is not None:
@@ -64,6 +72,8 @@ class Plan:
     table: pd.DataFrame  # every evaluated configuration, projected to the full run
     best: pd.Series | None
     binding: str | None
+    check: pd.DataFrame | None = None  # the top candidates again, larger and replicated
+    max_failed: float = 0.001
 
     def describe(self) -> str:
         if self.best is None:
@@ -83,22 +93,43 @@ class Plan:
                 if t.throughput_per_h is not None
                 else f"a budget of ${t.budget_usd:,.0f}"
             )
+            over = self.table[~self.table.within_budget]
+            if len(over):
+                why += (f" {len(over)} of {len(self.table)} configurations lose more than "
+                        f"{self.max_failed:.2%} of their trajectories to timeouts or failures.")  # fmt: skip
             return f"No configuration meets {what}.{why}"
         b = self.best
-        return (
+        text = (
             f"Cheapest: {b.substrate} at concurrency {b.concurrency}, warm pool {b.warm_pool}, "
             f"{b.hosts} host(s): {b.makespan_s / 3600:,.1f} h, ${b.cost_usd:,.0f} "
-            f"({b.worker_hours:,.0f} worker-h); {self.target.margin(b)}. Bound by {self.binding}."
+            f"({b.worker_hours:,.0f} worker-h, ${b.cost_per_completed:.4f} per completed trajectory, "
+            f"{b.lost_fraction:.3%} timed out or failed); {self.target.margin(b)}. Bound by {self.binding}."
         )
+        if self.check is not None and len(self.check):
+            c = self.check.iloc[0]
+            text += (
+                f"\nChecked at {int(c.checked):,} trajectories x {int(c.replications)} replications: "
+                f"makespan {c.makespan_s / 3600:,.1f} h ± {c.makespan_s_ci95 / 3600:,.1f}, "
+                f"cost ${c.cost_usd:,.0f} ± {c.cost_usd_ci95:,.0f}, "
+                f"{c.lost_fraction:.3%} lost (95% CIs); "
+                + (self.target.margin(c) if self.target.met(c) else "the check MISSES the target")
+                + "."
+            )
+            if c.substrate != b.substrate or c.concurrency != b.concurrency or c.warm_pool != b.warm_pool \
+                    or c.hosts != b.hosts:  # fmt: skip
+                text += (f" The check changed the ranking: {c.substrate} at concurrency {c.concurrency}, "
+                         f"warm pool {c.warm_pool}, {c.hosts} host(s) holds best.")  # fmt: skip
+        return text
 
 
 def _binding(row, sub) -> str:
-    """What stops this configuration going faster."""
-    cap = sub.capacity.total
-    if cap is not None and row.peak_sandboxes >= 0.98 * cap:
-        return "host capacity" if sub.capacity.quota is None else "the sandbox quota"
-    if sub.create_rate and row.create_rate_used >= 0.9 * sub.create_rate:
+    """What stops this configuration going faster, from measured signals: time spent waiting for
+    a sandbox (quota or slots) or a create-rate token, engine utilisation, else the workers."""
+    waits = row.acquire_wait_mean > 0.05 * row.duration_mean
+    if waits and sub.create_rate and row.create_rate_used >= 0.9 * sub.create_rate:
         return "the create-rate limit"
+    if waits:
+        return "host capacity" if sub.capacity.quota is None else "the sandbox quota"
     if not math.isnan(row.gpu_idle_fraction) and row.gpu_idle_fraction < 0.05:
         return "the inference tier"
     return "concurrency (rollout workers)"
@@ -114,7 +145,13 @@ def plan(
     executor: str = "local",
     jobs: int | None = None,
     progress=None,
+    max_failed: float = 0.001,
+    check: int | None = None,
+    top: int = 3,
 ) -> Plan:
+    """``max_failed``: the share of trajectories that may time out or fail; ``check``: trajectories
+    per replication of the full-size check of the ``top`` candidates (default: the full run up to
+    ten samples; 0 skips it)."""
     n_full = scn.workload.trajectories
     levels = concurrency or [2**k for k in range(6, 15)]
     pools = warm_pool or [scn.policy.warm_pool]
@@ -135,20 +172,60 @@ def plan(
     results = run_many(scenarios, executor, jobs, keep_records=True, progress=progress)
     rows = []
     for (sub, c, w, h, n), res in zip(configs, results):
-        rows.append(_project(res, sub, c, w, h, n, n_full))
+        rows.append(_project(res.summary.iloc[0], res, sub, c, w, h, n, n_full, max_failed))
     table = pd.DataFrame(rows)
     table["binding"] = [_binding(r, sub) for r, (sub, *_rest) in zip(table.itertuples(), configs)]
     ok = table[[target.met(r) for r in table.itertuples()]]
     if ok.empty:
-        return Plan(target, table, None, None)
+        return Plan(target, table, None, None, max_failed=max_failed)
     order = ["makespan_s", "cost_usd"] if target.budget_usd is not None else ["cost_usd", "makespan_s"]
-    best = ok.sort_values(order).iloc[0]
-    return Plan(target, table, best, best.binding)
+    ranked = ok.sort_values(order)
+    best = ranked.iloc[0]
+    size = min(n_full, 10 * sample) if check is None else min(check, n_full)
+    checked = None
+    if size > 0:
+        checked = _check(scn, ranked.head(top), configs, scenarios, table, size, n_full, max_failed,
+                         executor, jobs, target, order)  # fmt: skip
+    return Plan(target, table, best, best.binding, checked, max_failed)
 
 
-def _project(res, sub, c, w, h, n, n_full) -> dict:
-    s = res.summary.iloc[0]
-    rec = next(iter(res.records.values()))
+def _check(scn, cands, configs, scenarios, table, size, n_full, max_failed, executor, jobs, target, order):
+    """The candidates again at ``size`` trajectories x 3 replications: mean and 95% CI of each
+    projected figure; rows that meet the target first, in the target's order."""
+    picks, runs = [], []
+    for idx in cands.index:
+        sub, c, w, h, _n = configs[idx]
+        d = set_path(base_dict(scenarios[idx]), "workload.trajectories", size)
+        d = set_path(d, "replications", 3)
+        picks.append((sub, c, w, h))
+        runs.append(Scenario.model_validate(d))
+    out = []
+    for (sub, c, w, h), res in zip(picks, run_many(runs, executor, jobs, keep_records=True)):
+        reps = [_project(row, res, sub, c, w, h, size, n_full, max_failed, rep=int(row.replication))
+                for _, row in res.cells.iterrows()]  # fmt: skip
+        df = pd.DataFrame(reps)
+        row = df.iloc[0].to_dict() | {"checked": size, "replications": len(df)}
+        for m in ("makespan_s", "cost_usd", "trajectories_per_hour", "lost_fraction", "cost_per_completed"):
+            row[m] = float(df[m].mean())
+            row[f"{m}_ci95"] = _ci95(df[m].to_numpy())
+        row["within_budget"] = row["lost_fraction"] <= max_failed
+        out.append(row)
+    checked = pd.DataFrame(out)
+    checked["meets"] = [target.met(r) for r in checked.itertuples()]
+    return checked.sort_values(["meets", *order], ascending=[False, True, True]).reset_index(drop=True)
+
+
+def _ci95(x: np.ndarray) -> float:
+    from scipy import stats
+
+    if len(x) < 2:
+        return float("nan")
+    return float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+def _project(s, res, sub, c, w, h, n, n_full, max_failed, rep: int = 0) -> dict:
+    """One simulated configuration (summary row ``s``) projected to ``n_full`` trajectories."""
+    rec = [r for k, r in res.records.items() if k.replication == rep][0]
     ends = np.sort(rec.end)
     makespan = float(ends[-1])
     if n < n_full:
@@ -160,6 +237,8 @@ def _project(res, sub, c, w, h, n, n_full) -> dict:
     gpu_price = res.scenario.cluster.inference.price_per_hour if engines else 0.0
     sandbox_cost = s.sandbox_cost_usd * scale
     gpu_cost = engines * makespan / 3600 * gpu_price
+    lost = (s.timeouts + s.failed) / s.trajectories
+    completed = s.completed * scale
     return {
         "substrate": sub.name,
         "concurrency": c,
@@ -167,13 +246,21 @@ def _project(res, sub, c, w, h, n, n_full) -> dict:
         "hosts": h,
         "sampled": n,
         "makespan_s": makespan,
-        "trajectories_per_hour": s.completed * scale / makespan * 3600,
+        "completed": completed,
+        "timeouts": s.timeouts * scale,
+        "failed": s.failed * scale,
+        "lost_fraction": lost,
+        "within_budget": lost <= max_failed,
+        "trajectories_per_hour": completed / makespan * 3600,
         "worker_hours": s.worker_hours * scale,
         "sandbox_cost_usd": sandbox_cost,
         "gpu_cost_usd": gpu_cost,
         "cost_usd": sandbox_cost + gpu_cost,
+        "cost_per_completed": (sandbox_cost + gpu_cost) / completed if completed else float("inf"),
         "duration_p99": s.duration_p99,
         "gpu_idle_fraction": s.gpu_idle_fraction,
         "peak_sandboxes": s.peak_sandboxes,
+        "acquire_wait_mean": float(rec.acquire_wait.mean()),
+        "duration_mean": float(rec.duration.mean()),
         "create_rate_used": (s.trajectories + s.retries) / (s.makespan_hours * 3600),
     }

@@ -1,5 +1,6 @@
 """Sweeps, the planner, executors and the Python API."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -161,3 +162,66 @@ def test_ray_executor_gives_the_local_numbers():
     a = sr.run(scn, executor="serial", keep_records=False).cells
     pd.testing.assert_frame_equal(a, b)
     assert len(sw) == 4
+
+
+def _slots_scenario(**over):
+    d = make(
+        **{
+            "workload.trajectories": 2000,
+            "workload.steps": 10,
+            "workload.llm_time": 1.0,
+            "workload.calls_per_step": 1,
+            "substrates.0.exec_overhead": 0.1,
+            "substrates.0.cold_start": 1.0,
+            "substrates.0.teardown": 0.1,
+            "substrates.0.capacity": {"hosts": 1, "sandboxes_per_host": 16},
+            "substrates.0.billing": {"price_per_second": 0.001},
+            "cluster.concurrency": 16,
+            "cluster.inference": {"engines": 4, "price_per_hour": 3.6},
+            "policy": {"timeout": 30},
+            **over,
+        }
+    )
+    return scenario_from_dict(d)
+
+
+def test_plan_never_picks_a_configuration_that_loses_trajectories_to_timeouts():
+    # past 16 sandbox slots, workers wait for a sandbox inside their 30 s timeout: the lost
+    # trajectories cost nothing, so counting them would make the broken configuration cheapest
+    p = plan(
+        _slots_scenario(), Target(deadline_s=3600), concurrency=[8, 16, 64], sample=2000, jobs=1, check=0
+    )
+    t = p.table.set_index("concurrency")
+    assert t.loc[64, "lost_fraction"] > 0.05 and not t.loc[64, "within_budget"]
+    assert t.loc[64, "cost_usd"] < t.loc[16, "cost_usd"]  # the trap: unfinished work is cheap
+    assert p.best is not None and p.best.concurrency != 64
+    assert p.best.lost_fraction <= 0.001
+    # cost per completed trajectory does not reward the failures either
+    assert t.loc[64, "cost_per_completed"] > 0 and t.loc[64, "completed"] < 2000
+    # a larger failure budget admits it again, and says what it loses
+    loose = plan(_slots_scenario(), Target(deadline_s=3600), concurrency=[16, 64], sample=2000, jobs=1,
+                 check=0, max_failed=0.999)  # fmt: skip
+    assert loose.table.within_budget.all()
+
+
+def test_plan_checks_the_top_candidates_at_a_larger_size_with_confidence_intervals():
+    scn = _slots_scenario(**{"workload.trajectories": 3000,
+                             "workload.llm_time": {"kind": "lognormal", "median": 1.0, "p99": 3.0}})  # fmt: skip
+    p = plan(scn, Target(deadline_s=7200), concurrency=[8, 16], sample=1000, jobs=1, check=3000, top=2)
+    assert p.check is not None and len(p.check) == 2
+    c = p.check.iloc[0]
+    assert c.checked == 3000 and c.replications == 3
+    assert c.makespan_s_ci95 > 0 and np.isfinite(c.cost_usd_ci95) and c.cost_usd_ci95 > 0
+    text = p.describe()
+    assert "Checked at 3,000 trajectories x 3 replications" in text and "±" in text
+    # the check's projected makespan agrees with the sample's projection within a few percent
+    b = p.best
+    same = p.check[(p.check.concurrency == b.concurrency)].iloc[0]
+    assert abs(same.makespan_s / b.makespan_s - 1) < 0.05
+
+
+def test_plan_refuses_everything_over_the_failure_budget_and_says_so():
+    p = plan(_slots_scenario(**{"policy": {"timeout": 5}}), Target(deadline_s=36000), concurrency=[16, 64],
+             sample=1000, jobs=1, check=0)  # fmt: skip
+    assert p.best is None
+    assert "lose more than 0.10% of their trajectories" in p.describe()
