@@ -74,6 +74,7 @@ class Plan:
     binding: str | None
     check: pd.DataFrame | None = None  # the top candidates again, larger and replicated
     max_failed: float = 0.001
+    reranked: str | None = None  # the sample's winner, when the check overturned it
 
     def describe(self) -> str:
         if self.best is None:
@@ -106,7 +107,7 @@ class Plan:
             f"{b.lost_fraction:.3%} timed out or failed); {self.target.margin(b)}. Bound by {self.binding}."
         )
         if self.check is not None and len(self.check):
-            c = self.check.iloc[0]
+            c = _row_of(self.check, b)
             text += (
                 f"\nChecked at {int(c.checked):,} trajectories x {int(c.replications)} replications: "
                 f"makespan {c.makespan_s / 3600:,.1f} h ± {c.makespan_s_ci95 / 3600:,.1f}, "
@@ -115,10 +116,10 @@ class Plan:
                 + (self.target.margin(c) if self.target.met(c) else "the check MISSES the target")
                 + "."
             )
-            if c.substrate != b.substrate or c.concurrency != b.concurrency or c.warm_pool != b.warm_pool \
-                    or c.hosts != b.hosts:  # fmt: skip
-                text += (f" The check changed the ranking: {c.substrate} at concurrency {c.concurrency}, "
-                         f"warm pool {c.warm_pool}, {c.hosts} host(s) holds best.")  # fmt: skip
+            if self.reranked:
+                text += f" The check changed the ranking (was {self.reranked})."
+            elif len(self.check) > 1:
+                text += f" The ranking holds against the next {len(self.check) - 1} candidate(s)."
         return text
 
 
@@ -182,11 +183,26 @@ def plan(
     ranked = ok.sort_values(order)
     best = ranked.iloc[0]
     size = min(n_full, 10 * sample) if check is None else min(check, n_full)
-    checked = None
+    checked, reranked = None, None
     if size > 0:
         checked = _check(scn, ranked.head(top), configs, scenarios, table, size, n_full, max_failed,
                          executor, jobs, target, order)  # fmt: skip
-    return Plan(target, table, best, best.binding, checked, max_failed)
+        top_row, mine = checked.iloc[0], _row_of(checked, best)
+        key = order[0]
+        # overturn the sample's winner only when the check separates them beyond their CIs
+        better = top_row[key] + top_row[f"{key}_ci95"] < mine[key] - mine[f"{key}_ci95"]
+        if bool(top_row.meets) and (not bool(mine.meets) or better):
+            reranked = _name(best)
+            best = ranked[[_name(r) == _name(top_row) for _, r in ranked.iterrows()]].iloc[0]
+    return Plan(target, table, best, best.binding, checked, max_failed, reranked)
+
+
+def _name(row) -> str:
+    return f"{row.substrate} at concurrency {row.concurrency}, warm pool {row.warm_pool}, {row.hosts} host(s)"
+
+
+def _row_of(checked: pd.DataFrame, row) -> pd.Series:
+    return checked[[_name(r) == _name(row) for _, r in checked.iterrows()]].iloc[0]
 
 
 def _check(scn, cands, configs, scenarios, table, size, n_full, max_failed, executor, jobs, target, order):
@@ -210,6 +226,9 @@ def _check(scn, cands, configs, scenarios, table, size, n_full, max_failed, exec
             row[f"{m}_ci95"] = _ci95(df[m].to_numpy())
         row["within_budget"] = row["lost_fraction"] <= max_failed
         out.append(row)
+    for k in ("makespan_s", "cost_usd"):  # replicates that agree exactly have no spread to report
+        for r in out:
+            r[f"{k}_ci95"] = 0.0 if not np.isfinite(r[f"{k}_ci95"]) else r[f"{k}_ci95"]
     checked = pd.DataFrame(out)
     checked["meets"] = [target.met(r) for r in checked.itertuples()]
     return checked.sort_values(["meets", *order], ascending=[False, True, True]).reset_index(drop=True)

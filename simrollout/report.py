@@ -31,7 +31,12 @@ TABLE = [
     ("duration_p99", "dur p99 s", "{:,.1f}"),
     ("cold_start_p50", "cold p50 s", "{:.3f}"),
     ("cold_start_p99", "cold p99 s", "{:.3f}"),
+    ("completed", "done", "{:,d}"),
+    ("timeouts", "timed out", "{:,d}"),
     ("failed", "failed", "{:,d}"),
+    ("retries", "retries", "{:,d}"),
+    ("sandbox_cost_usd", "sandbox $", "{:,.0f}"),
+    ("gpu_cost_usd", "GPU $", "{:,.0f}"),
     ("cost_usd", "cost $", "{:,.0f}"),
 ]
 
@@ -58,6 +63,12 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
                 cells.append(fmt.format(int(v) if "d}" in fmt else v))
         t.add_row(*cells)
     console.print(t)
+    console.print(
+        "worker-h: infrastructure worker-hours (the Rollout Infrastructure Tax paper's definition: "
+        "time on the substrate, model inference excluded); done / timed out / failed count "
+        "trajectories; durations cover every trajectory, cut ones included (docs/model.md).",
+        style="dim",
+    )
 
 
 def write_results(result: RunResult, out: Path) -> list[Path]:
