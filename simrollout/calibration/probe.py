@@ -85,8 +85,17 @@ def probe(
     plan: ProbePlan,
     out: Path,
     on_record: Callable[[ProbeRecord], None] | None = None,
+    on_sweep: Callable[[int], None] | None = None,
 ) -> str:
-    """Run the plan; returns the run id. Records go to ``out`` as they are measured."""
+    """Run the plan; returns the run id. Records go to ``out`` as they are measured. First, the
+    stale sandboxes of earlier runs (a probe killed hard) are removed; ``on_sweep`` gets their
+    count."""
+    if hasattr(backend, "owned"):
+        from .cleanup import sweep_stale
+
+        _, removed = sweep_stale(backend)
+        if on_sweep:
+            on_sweep(len(removed))
     run_id = uuid.uuid4().hex[:12]
     info = backend.info()
     base = dict(

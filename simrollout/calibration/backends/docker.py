@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import tarfile
+import time
 
+from ..cleanup import TTL, Owned, owner
 from . import BackendUnavailable, CommandFailed, require
 
-LABEL = "simrollout.probe"
+LABEL = "simrollout.probe"  # the run; beside it the creation time and the owning process
+CREATED, OWNER = "simrollout.created", "simrollout.owner"
 
 
 class DockerBackend:
@@ -32,12 +36,15 @@ class DockerBackend:
         return {"backend_version": self._docker.__version__, "engine_version": v.get("Version", "")}
 
     def create(self, image: str, label: str):
+        # the container ends and removes itself after TTL: a probe that never comes back stops
+        # holding it within that limit
         c = self.client.containers.run(
             image,
-            command=["/bin/sleep", "86400"],
+            command=["/bin/sleep", str(int(TTL))],
             detach=True,
+            auto_remove=True,
             network_mode=self.network,
-            labels={LABEL: label},
+            labels={LABEL: label, CREATED: f"{time.time():.3f}", OWNER: owner()},
         )
         try:
             self.exec(c, "true")  # ready when a first command runs
@@ -65,7 +72,31 @@ class DockerBackend:
             return tar.extractfile(tar.getmembers()[0]).read()
 
     def remove(self, sandbox) -> None:
-        sandbox.remove(force=True)
+        try:
+            sandbox.remove(force=True)
+        except self._docker.errors.NotFound:
+            pass  # already gone (it removes itself when it stops)
+        except self._docker.errors.APIError as exc:
+            if "already in progress" not in str(exc):
+                raise
+
+    def owned(self) -> list[Owned]:
+        """Every container carrying the project's label, from any run."""
+        out = []
+        for c in self.client.containers.list(all=True, filters={"label": LABEL}):
+            labels = c.labels or {}
+            created = labels.get(CREATED)
+            if created is None:  # labelled by an older version: the engine's creation time
+                stamp = c.attrs.get("Created", "")[:26].rstrip("Z")
+                created = dt.datetime.fromisoformat(stamp).replace(tzinfo=dt.timezone.utc).timestamp()
+            out.append(Owned(c.id, labels.get(LABEL, ""), float(created), labels.get(OWNER, "")))
+        return out
+
+    def remove_owned(self, s: Owned) -> None:
+        try:
+            self.remove(self.client.containers.get(s.id))
+        except self._docker.errors.NotFound:
+            pass
 
     def sweep(self, label: str) -> int:
         found = self.client.containers.list(all=True, filters={"label": f"{LABEL}={label}"})
