@@ -237,7 +237,17 @@ def plan(
     table = result.table[cols].assign(makespan_h=lambda d: d.makespan_s / 3600).drop(columns="makespan_s")
     table["lost"] = [f"{x:.2%}" + ("" if ok else " (over budget)")
                      for x, ok in zip(result.table.lost_fraction, result.table.within_budget)]  # fmt: skip
+    for c in ("completed", "timeouts", "failed"):
+        table[c] = table[c].round().astype(int)
     typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    if result.check is not None and len(result.check):
+        chk = result.check.assign(
+            makespan_h=lambda d: d.makespan_s / 3600, makespan_h_ci95=lambda d: d.makespan_s_ci95 / 3600
+        )[["substrate", "concurrency", "warm_pool", "hosts", "makespan_h", "makespan_h_ci95", "cost_usd",
+           "cost_usd_ci95", "lost_fraction", "meets"]]  # fmt: skip
+        typer.echo(f"\ncheck of the top candidates ({int(result.check.checked.iloc[0]):,} trajectories x "
+                   f"{int(result.check.replications.iloc[0])} replications, 95% CIs):")  # fmt: skip
+        typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     typer.echo(result.describe())
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,7 @@ TABLE = [
     ("completed", "done", "{:,d}"),
     ("timeouts", "timed out", "{:,d}"),
     ("failed", "failed", "{:,d}"),
-    ("retries", "retries", "{:,d}"),
+    ("retries", "retries", "{:,d}"),  # shown when any
     ("sandbox_cost_usd", "sandbox $", "{:,.0f}"),
     ("gpu_cost_usd", "GPU $", "{:,.0f}"),
     ("cost_usd", "cost $", "{:,.0f}"),
@@ -44,18 +44,19 @@ TABLE = [
 def print_table(result: RunResult, console: Console | None = None) -> None:
     console = console or Console()
     if not console.is_terminal:
-        console.width = max(console.width, 180)
+        console.width = max(console.width, 240)
     scn = result.scenario
     t = Table(
         title=f"{scn.name}: {scn.workload.trajectories:,} trajectories, fidelity {result.fidelity}"
         + f" ({result.fidelity_reason})"
         + (f", mean of {scn.replications} replications" if scn.replications > 1 else "")
     )
-    for _, head, _ in TABLE:
-        t.add_column(head, justify="left" if head == "substrate" else "right")
+    cols = [c for c in TABLE if c[0] != "retries" or result.summary["retries"].sum() > 0]
+    for _, head, _ in cols:
+        t.add_column(head, justify="left" if head == "substrate" else "right", no_wrap=True)
     for _, row in result.summary.iterrows():
         cells = []
-        for key, _, fmt in TABLE:
+        for key, _, fmt in cols:
             v = row[key]
             if isinstance(v, float) and np.isnan(v):
                 cells.append("-")
