@@ -185,6 +185,9 @@ def plan(
         help="Trajectories per replication of the check of the top candidates (default: the "
         "full run, at most 10 x --sample; 0 skips it).",
     ),  # fmt: skip
+    sensitivity: float | None = typer.Option(
+        None, help="Re-plan with the substrates' lifecycle latencies scaled by 1 -/+ this (e.g. 0.2)."
+    ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the evaluated table (CSV) here."),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
@@ -214,6 +217,8 @@ def plan(
         raise InputError(f"plan {scenario}: --sample must be at least 1, got {sample}.")
     if not 0 <= max_failed < 1:
         raise InputError(f"plan {scenario}: --max-failed must be a share in [0, 1), got {max_failed}.")
+    if sensitivity is not None and not 0 < sensitivity < 1:
+        raise InputError(f"plan {scenario}: --sensitivity must be a share in (0, 1), got {sensitivity}.")
     if check is not None and check < 0:
         raise InputError(f"plan {scenario}: --check must be >= 0, got {check}.")
     target = Target(parse_duration(deadline) if deadline else None, throughput, budget)
@@ -231,6 +236,7 @@ def plan(
             progress=lambda done, total: bar.update(task, completed=done / total),
             max_failed=max_failed,
             check=check,
+            sensitivity=sensitivity,
         )
     cols = ["substrate", "concurrency", "warm_pool", "hosts", "makespan_s", "cost_usd", "worker_hours",
             "completed", "timeouts", "failed", "binding"]  # fmt: skip

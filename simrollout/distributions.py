@@ -370,6 +370,26 @@ class Mixture(_Base):
         return np.vectorize(one)(q) if np.ndim(q) else one(q)
 
 
+class Scaled(_Base):
+    """Another distribution times ``factor`` (e.g. a profile's latencies made 20% slower)."""
+
+    kind: Literal["scaled"] = "scaled"
+    factor: PositiveFloat
+    dist: Dist
+
+    def sample(self, rng, size):
+        return self.factor * self.dist.sample(rng, size)
+
+    def mean(self):
+        return self.factor * self.dist.mean()
+
+    def cdf(self, x):
+        return self.dist.cdf(np.asarray(x) / self.factor)
+
+    def ppf(self, q):
+        return self.factor * np.asarray(self.dist.ppf(q))
+
+
 def _number_is_constant(v):
     if isinstance(v, bool):
         return v
@@ -380,13 +400,14 @@ def _number_is_constant(v):
 
 Dist = Annotated[
     Union[  # noqa: UP007 - pydantic discriminated union
-        Constant, Exponential, Lognormal, Gamma, Weibull, LogLogistic, Empirical, Discrete, Mixture
+        Constant, Exponential, Lognormal, Gamma, Weibull, LogLogistic, Empirical, Discrete, Mixture, Scaled
     ],
     Field(discriminator="kind"),
     BeforeValidator(_number_is_constant),
 ]
 Component.model_rebuild()
 Mixture.model_rebuild()
+Scaled.model_rebuild()
 
 _adapter = TypeAdapter(Dist)
 

@@ -88,6 +88,7 @@ _DIST_KINDS = {
     "empirical",
     "discrete",
     "mixture",
+    "scaled",
     "function-before",
     "function-after",
 }

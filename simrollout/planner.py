@@ -75,6 +75,7 @@ class Plan:
     check: pd.DataFrame | None = None  # the top candidates again, larger and replicated
     max_failed: float = 0.001
     reranked: str | None = None  # the sample's winner, when the check overturned it
+    sensitivity: list[str] | None = None  # per latency scaling, whether the recommendation holds
 
     def describe(self) -> str:
         if self.best is None:
@@ -120,6 +121,8 @@ class Plan:
                 text += f" The check changed the ranking (was {self.reranked})."
             elif len(self.check) > 1:
                 text += f" The ranking holds against the next {len(self.check) - 1} candidate(s)."
+        for line in self.sensitivity or []:
+            text += f"\nSensitivity: {line}."
         return text
 
 
@@ -149,10 +152,13 @@ def plan(
     max_failed: float = 0.001,
     check: int | None = None,
     top: int = 3,
+    sensitivity: float | None = None,
 ) -> Plan:
     """``max_failed``: the share of trajectories that may time out or fail; ``check``: trajectories
     per replication of the full-size check of the ``top`` candidates (default: the full run up to
-    ten samples; 0 skips it)."""
+    ten samples; 0 skips it); ``sensitivity``: re-plan with every substrate's lifecycle latencies
+    (cold and warm start, exec overhead, teardown) scaled by 1 - x and 1 + x, and say whether the
+    recommendation still holds."""
     n_full = scn.workload.trajectories
     levels = concurrency or [2**k for k in range(6, 15)]
     pools = warm_pool or [scn.policy.warm_pool]
@@ -194,7 +200,44 @@ def plan(
         if bool(top_row.meets) and (not bool(mine.meets) or better):
             reranked = _name(best)
             best = ranked[[_name(r) == _name(top_row) for _, r in ranked.iterrows()]].iloc[0]
-    return Plan(target, table, best, best.binding, checked, max_failed, reranked)
+    result = Plan(target, table, best, best.binding, checked, max_failed, reranked)
+    if sensitivity:
+        result.sensitivity = _sensitivity(scn, target, concurrency, warm_pool, hosts, sample, executor, jobs,
+                                          max_failed, sensitivity, best)  # fmt: skip
+    return result
+
+
+LATENCIES = ("cold_start", "warm_start", "exec_overhead", "teardown")
+
+
+def scaled(scn: Scenario, factor: float) -> Scenario:
+    """``scn`` with every substrate's lifecycle latencies times ``factor``."""
+    d = base_dict(scn)
+    for sub in d["substrates"]:
+        for k in LATENCIES:
+            if k in sub:
+                sub[k] = {"kind": "scaled", "factor": factor, "dist": sub[k]}
+    return Scenario.model_validate(d)
+
+
+def _sensitivity(scn, target, concurrency, warm_pool, hosts, sample, executor, jobs, max_failed, x, best):
+    """One line per scaling: the recommendation there, and whether ours still meets the target."""
+    lines = []
+    for f in (1 - x, 1 + x):
+        p = plan(scaled(scn, f), target, concurrency, warm_pool, hosts, sample, executor, jobs,
+                 max_failed=max_failed, check=0)  # fmt: skip
+        mine = p.table[[_name(r) == _name(best) for _, r in p.table.iterrows()]]
+        holds = bool(len(mine)) and target.met(mine.iloc[0])
+        same = p.best is not None and _name(p.best) == _name(best)
+        other = _name(p.best) if p.best is not None else None
+        if not holds:
+            verdict = "MISSES the target" + (f"; {other} meets it" if other else "")
+        elif same:
+            verdict = "still holds and is still the cheapest"
+        else:
+            verdict = f"still meets the target, but {other} is cheaper"
+        lines.append(f"latencies x{f:.2f}: the recommendation {verdict}")
+    return lines
 
 
 def _name(row) -> str:

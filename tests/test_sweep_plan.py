@@ -225,3 +225,18 @@ def test_plan_refuses_everything_over_the_failure_budget_and_says_so():
              sample=1000, jobs=1, check=0)  # fmt: skip
     assert p.best is None
     assert "lose more than 0.10% of their trajectories" in p.describe()
+
+
+def test_plan_sensitivity_says_whether_the_recommendation_survives_slower_latencies():
+    from simrollout.planner import scaled
+
+    scn = _slots_scenario(**{"substrates.0.cold_start": 20.0, "policy": {"timeout": 600}})
+    slow = scaled(scn, 1.5)
+    assert slow.substrates[0].cold_start.mean() == pytest.approx(30.0)
+    assert slow.substrates[0].exec_overhead.mean() == pytest.approx(0.15)
+    # 2000 x (20 + 11) s on 16 slots ~ 3,900 s: a deadline of 4,200 s holds at x0.8 and misses at x1.5
+    p = plan(scn, Target(deadline_s=4200), concurrency=[16], sample=2000, jobs=1, check=0, sensitivity=0.5)
+    assert p.best is not None and len(p.sensitivity) == 2
+    assert "x0.50: the recommendation still holds" in p.sensitivity[0]
+    assert "x1.50: the recommendation MISSES the target" in p.sensitivity[1]
+    assert "Sensitivity: latencies x1.50" in p.describe()
