@@ -314,9 +314,9 @@ def probe(
 
     try:
         run_id = run_probe(be, plan, out, on_record=seen, on_sweep=swept)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted) as exc:
         err.print(f"interrupted; kept {sum(counts.values())} records in {out}; sandboxes removed")
-        raise typer.Exit(130) from None
+        raise typer.Exit(getattr(exc, "code", 130)) from None
     typer.echo(f"run {run_id}: {sum(counts.values())} records {counts} appended to {out}")
 
 
@@ -478,10 +478,32 @@ def validate(
         raise typer.Exit(1)
 
 
+class Interrupted(BaseException):
+    """Ctrl-C (code 130) or SIGTERM (143), raised where the program stands so cleanups run."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def _interrupt(signum, frame):
+    import signal
+
+    raise Interrupted(143 if signum == signal.SIGTERM else 130)
+
+
 def main() -> None:
-    """Entry point: input errors become one paragraph on stderr and exit code 2."""
+    """Entry point: input errors become one paragraph on stderr and exit code 2; Ctrl-C exits
+    130 and SIGTERM 143, with one line (results folders are only replaced by complete runs)."""
+    import signal
+
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         app()
+    except Interrupted as exc:
+        err.print("interrupted: nothing half-written; earlier results are as they were")
+        sys.exit(exc.code)
     except InputError as exc:
         from rich.markup import escape
 

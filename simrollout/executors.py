@@ -84,19 +84,35 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
         s = scenarios[i]
         work_for(s, key.replication, s.resolved_fidelity() == "step", jobs)
     done = 0
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_ignore_interrupts)
     try:
-        with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            futures = [pool.submit(_local_task, i, k, keep, records_dir) for i, k in tasks]
-            while not all(f.done() for f in futures):
-                try:
-                    done += q.get(timeout=0.2)
-                    if progress is not None:
-                        progress(done, total)
-                except queue.Empty:
-                    pass
-            return [f.result() for f in futures]
+        futures = [pool.submit(_local_task, i, k, keep, records_dir) for i, k in tasks]
+        while not all(f.done() for f in futures):
+            try:
+                done += q.get(timeout=0.2)
+                if progress is not None:
+                    progress(done, total)
+            except queue.Empty:
+                pass
+        out = [f.result() for f in futures]
+        pool.shutdown()
+        return out
+    except BaseException:
+        # Ctrl-C, SIGTERM or a failed cell: end the workers now rather than wait for their cells
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
     finally:
         _SHARED.clear()
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which ends them (SIGTERM ends a worker at once)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _ray_cell(data: dict, key: CellKey, keep: bool, records_dir):

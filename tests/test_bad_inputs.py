@@ -110,3 +110,44 @@ def test_a_failed_run_leaves_an_earlier_result_as_it_was(tmp_path):
     from pathlib import Path
 
     assert (out / "summary.json").read_bytes() != before[Path("summary.json")]
+
+
+@pytest.mark.parametrize("sig,code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_an_interrupted_multi_process_run_exits_ends_its_workers_and_keeps_earlier_results(
+    tmp_path, root, sig, code
+):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    out = tmp_path / "out"
+    small = yaml.safe_load((root / "scenarios/small.yaml").read_text())
+    quick = _yaml(tmp_path, {**small, "workload": {**small["workload"], "trajectories": 200}}, "quick.yaml")
+    assert cli("run", quick, "--out", out).returncode == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    big = {**small, "fidelity": "trajectory", "workload": {**small["workload"], "trajectories": 400_000}}
+    big_path = _yaml(tmp_path, big, "big.yaml")
+    proc = subprocess.Popen([sys.executable, "-m", "simrollout.cli", "run", str(big_path), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    workers = []
+    while time.monotonic() < deadline and len(workers) < 2:
+        workers = parent.children(recursive=True)
+        time.sleep(0.2)
+    assert len(workers) >= 2, "the run did not start its worker processes"
+    time.sleep(2.0)
+    t0 = time.monotonic()
+    proc.send_signal(getattr(signal, sig))
+    _, stderr = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 10, "the run did not stop within a few seconds"
+    assert proc.returncode == code, stderr[-800:]
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    time.sleep(0.5)
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
