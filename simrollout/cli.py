@@ -251,6 +251,7 @@ def plan(
             makespan_h=lambda d: d.makespan_s / 3600, makespan_h_ci95=lambda d: d.makespan_s_ci95 / 3600
         )[["substrate", "concurrency", "warm_pool", "hosts", "makespan_h", "makespan_h_ci95", "cost_usd",
            "cost_usd_ci95", "lost_fraction", "meets"]]  # fmt: skip
+        chk = chk.assign(lost=[f"{x:.3%}" for x in chk.lost_fraction]).drop(columns="lost_fraction")
         typer.echo(f"\ncheck of the top candidates ({int(result.check.checked.iloc[0]):,} trajectories x "
                    f"{int(result.check.replications.iloc[0])} replications, 95% CIs):")  # fmt: skip
         typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
