@@ -401,7 +401,7 @@ def calibrate(
             f"  quantile error {rel}  contention slope {f['contention_slope']:.3f}"
         )
         cov = f["coverage"]
-        if cov["under_sampled"]:
+        if cov and cov["under_sampled"]:
             for advice in cov["advice"]:
                 err.print(f"{phase:9s} under-sampled: {advice}")
     typer.echo(f"wrote {out} and {png}")
@@ -420,7 +420,7 @@ def validate(
         False,
         "--held-out",
         help="The held-out workload: another tool mix, an LLM wait, staggered "
-        "arrivals, levels 12 and 48 (overrides --concurrency and the tool options).",
+        "arrivals, levels 24 and 40 (overrides --concurrency and the tool options).",
     ),  # fmt: skip
     image: str = typer.Option("simrollout-busybox:local", help="Image."),
     seed: int = typer.Option(0, help="Seed of the drawn command durations."),
@@ -459,7 +459,7 @@ def validate(
     table = compare(real, scn)
     kind = "held-out workload" if held_out else "workload"
     t = Table(title=f"validate: {trajectories} x {steps} steps on {backend}, {kind}")
-    for col in ("concurrency", "metric", "real", "simulated", "diff %", "target"):
+    for col in ("concurrency", "metric", "real", "simulated (95% range)", "diff %", "target"):
         t.add_column(col, justify="right")
     missed = 0
     for _, r in table.iterrows():

@@ -78,6 +78,14 @@ class Plan:
     sensitivity: list[str] | None = None  # per latency scaling, whether the recommendation holds
 
     def describe(self) -> str:
+        if self.best is None and self.check is not None and len(self.check):
+            c = self.check.iloc[0]
+            return (
+                f"No configuration meets the target once checked: the sample projected {self.reranked} "
+                f"to meet it, but at {int(c.checked):,} trajectories x {int(c.replications)} replications "
+                f"none of the {len(self.check)} best candidates does (closest: {_name(c)}, makespan "
+                f"{c.makespan_s / 3600:,.2f} h ± {c.makespan_s_ci95 / 3600:,.2f}, cost ${c.cost_usd:,.0f})."
+            )
         if self.best is None:
             t = self.target
             closest = self.table.sort_values("makespan_s").iloc[0] if len(self.table) else None
@@ -195,9 +203,12 @@ def plan(
                          executor, jobs, target, order)  # fmt: skip
         top_row, mine = checked.iloc[0], _row_of(checked, best)
         key = order[0]
+        if not bool(top_row.meets):  # the verdict follows the check: nothing it checked holds
+            result = Plan(target, table, None, None, checked, max_failed, _name(best))
+            return result
         # overturn the sample's winner only when the check separates them beyond their CIs
         better = top_row[key] + top_row[f"{key}_ci95"] < mine[key] - mine[f"{key}_ci95"]
-        if bool(top_row.meets) and (not bool(mine.meets) or better):
+        if not bool(mine.meets) or better:
             reranked = _name(best)
             best = ranked[[_name(r) == _name(top_row) for _, r in ranked.iterrows()]].iloc[0]
     result = Plan(target, table, best, best.binding, checked, max_failed, reranked)

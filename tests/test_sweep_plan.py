@@ -240,3 +240,17 @@ def test_plan_sensitivity_says_whether_the_recommendation_survives_slower_latenc
     assert "x0.50: the recommendation still holds" in p.sensitivity[0]
     assert "x1.50: the recommendation MISSES the target" in p.sensitivity[1]
     assert "Sensitivity: latencies x1.50" in p.describe()
+
+
+@pytest.mark.parametrize("slack", [0.97, 1.0, 1.03])
+def test_a_target_at_a_configurations_capacity_is_met_or_refused_as_the_check_says(slack):
+    scn = _slots_scenario(**{"workload.trajectories": 3000,
+                             "workload.llm_time": {"kind": "lognormal", "median": 1.0, "p99": 3.0}})  # fmt: skip
+    probe_plan = plan(scn, Target(deadline_s=1e9), concurrency=[16], sample=1000, jobs=1, check=3000)
+    at = float(probe_plan.check.iloc[0].makespan_s)  # what the check says the configuration needs
+    p = plan(scn, Target(deadline_s=at * slack), concurrency=[16], sample=1000, jobs=1, check=3000)
+    checked_meets = bool(p.check.iloc[0].meets)
+    assert checked_meets == (at <= at * slack)
+    assert (p.best is not None) == checked_meets
+    if not checked_meets:
+        assert "once checked" in p.describe()

@@ -262,7 +262,7 @@ def calibrate(records: list[dict], name: str, criterion: str = "aic") -> tuple[d
             "by_concurrency": per_level,
             "contention_slope": slope,
             "contention_law": Curve(curve).describe() if curve else None,
-            "coverage": coverage(per_level),
+            "coverage": coverage(per_level) if phase in PHASE_FIELD else None,
         }
         plots[phase] = (base, fit["dist"], fit["selected"])
         if phase in PHASE_FIELD:
