@@ -24,7 +24,7 @@ import simpy
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simrollout.fidelity import matrix  # noqa: E402
+from simrollout.fidelity import Row, build, matrix  # noqa: E402
 from simrollout.runner import run_scenario  # noqa: E402
 from simrollout.scenario import load_scenario, scenario_from_dict  # noqa: E402
 from simrollout.sweeps import base_dict  # noqa: E402
@@ -60,39 +60,6 @@ def headline(repeat: int) -> dict:
     return {"wall_s": round(wall, 1), "peak_rss_mb": round(rss)}
 
 
-def _scenario(n: int, steps: int, engines: int, slowdown: float, concurrency: int, fidelity: str):
-    return scenario_from_dict(
-        {
-            "version": 1,
-            "name": "bench",
-            "seed": 11,
-            "fidelity": fidelity,
-            "workload": {
-                "trajectories": n,
-                "steps": steps,
-                "llm_time": {"kind": "lognormal", "median": 2.0, "p99": 20.0},
-                "calls_per_step": {"kind": "discrete", "values": [1, 2, 3], "weights": [0.85, 0.12, 0.03]},
-                "tools": {
-                    "shell": {"weight": 0.7, "latency": {"kind": "lognormal", "median": 0.5, "p99": 20}},
-                    "edit": {"weight": 0.3, "latency": {"kind": "lognormal", "median": 0.07, "p99": 2}},
-                },
-            },
-            "substrates": [
-                {
-                    "name": "docker",
-                    "cold_start": {"kind": "lognormal", "median": 0.2, "p99": 0.8},
-                    "exec_overhead": {"kind": "lognormal", "median": 0.05, "p99": 0.2},
-                    "teardown": 0.1,
-                    "capacity": {"hosts": 16, "sandboxes_per_host": 64},
-                    "contention": {"create": 0.02, "exec": 0.01, "teardown": 0.02},
-                }
-            ],
-            "cluster": {"concurrency": concurrency, "inference": {"engines": engines, "slowdown": slowdown}},
-            "policy": {"timeout": 3600},
-        }
-    )
-
-
 class _Counting(simpy.Environment):
     """Counts processed events and the time spent processing them."""
 
@@ -114,7 +81,8 @@ class _Counting(simpy.Environment):
 def step_engine_rate() -> dict:
     import simrollout.sim.model as model
 
-    scn = _scenario(2_000, 20, 16, 0.02, 256, "step")
+    # the fidelity matrix's loaded row: host contention and a saturated tier
+    scn = scenario_from_dict({**build(Row("async", "both"), 2_000, 20, 256), "fidelity": "step"})
     model.simpy.Environment, orig = _Counting, simpy.Environment
     try:
         _Counting.events, _Counting.seconds = 0, 0.0

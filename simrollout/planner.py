@@ -58,6 +58,16 @@ class Target:
             return row.trajectories_per_hour >= self.throughput_per_h
         return row.cost_usd <= self.budget_usd
 
+    def near(self, row, tol: float = 0.05) -> bool:
+        """Within ``tol`` of meeting the target (worth checking at full size)."""
+        if not row.within_budget:
+            return False
+        if self.deadline_s is not None:
+            return row.makespan_s <= self.deadline_s * (1 + tol)
+        if self.throughput_per_h is not None:
+            return row.trajectories_per_hour >= self.throughput_per_h * (1 - tol)
+        return row.cost_usd <= self.budget_usd * (1 + tol)
+
     def margin(self, row) -> str:
         if self.deadline_s is not None:
             return f"finishes {(self.deadline_s - row.makespan_s) / 3600:,.1f} h before the deadline"
@@ -81,8 +91,8 @@ class Plan:
         if self.best is None and self.check is not None and len(self.check):
             c = self.check.iloc[0]
             return (
-                f"No configuration meets the target once checked: the sample projected {self.reranked} "
-                f"to meet it, but at {int(c.checked):,} trajectories x {int(c.replications)} replications "
+                f"No configuration meets the target once checked: the sample's best candidate was "
+                f"{self.reranked}, but at {int(c.checked):,} trajectories x {int(c.replications)} replicates "
                 f"none of the {len(self.check)} best candidates does (closest: {_name(c)}, makespan "
                 f"{c.makespan_s / 3600:,.2f} h ± {c.makespan_s_ci95 / 3600:,.2f}, cost ${c.cost_usd:,.0f})."
             )
@@ -191,15 +201,18 @@ def plan(
     table = pd.DataFrame(rows)
     table["binding"] = [_binding(r, sub) for r, (sub, *_rest) in zip(table.itertuples(), configs)]
     ok = table[[target.met(r) for r in table.itertuples()]]
-    if ok.empty:
-        return Plan(target, table, None, None, max_failed=max_failed)
     order = ["makespan_s", "cost_usd"] if target.budget_usd is not None else ["cost_usd", "makespan_s"]
-    ranked = ok.sort_values(order)
-    best = ranked.iloc[0]
     size = min(n_full, 10 * sample) if check is None else min(check, n_full)
+    # near misses are checked too: the sample's projection can be a few % off either way
+    near = table[[target.near(r) and not target.met(r) for r in table.itertuples()]]
+    if ok.empty and (size == 0 or near.empty):
+        return Plan(target, table, None, None, max_failed=max_failed)
+    ranked = ok.sort_values(order)
+    cands = pd.concat([ranked, near.sort_values(order)]).head(top)
+    best = ranked.iloc[0] if len(ranked) else cands.iloc[0]
     checked, reranked = None, None
     if size > 0:
-        checked = _check(scn, ranked.head(top), configs, scenarios, table, size, n_full, max_failed,
+        checked = _check(scn, cands, configs, scenarios, table, size, n_full, max_failed,
                          executor, jobs, target, order)  # fmt: skip
         top_row, mine = checked.iloc[0], _row_of(checked, best)
         key = order[0]
@@ -209,8 +222,10 @@ def plan(
         # overturn the sample's winner only when the check separates them beyond their CIs
         better = top_row[key] + top_row[f"{key}_ci95"] < mine[key] - mine[f"{key}_ci95"]
         if not bool(mine.meets) or better:
-            reranked = _name(best)
-            best = ranked[[_name(r) == _name(top_row) for _, r in ranked.iterrows()]].iloc[0]
+            reranked = _name(best) if len(ranked) else None
+            best = cands[[_name(r) == _name(top_row) for _, r in cands.iterrows()]].iloc[0]
+    elif ok.empty:
+        return Plan(target, table, None, None, max_failed=max_failed)
     result = Plan(target, table, best, best.binding, checked, max_failed, reranked)
     if sensitivity:
         result.sensitivity = _sensitivity(scn, target, concurrency, warm_pool, hosts, sample, executor, jobs,

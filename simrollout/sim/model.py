@@ -3,8 +3,9 @@
 Rollout workers are plain generators pulling trajectories; a trajectory acquires a sandbox
 (warm pool, or quota -> create-rate token -> cold start), runs its body, and tears down.
 The body is either every LLM call and tool call as events (``step`` fidelity, the reference) or
-one timeout per trajectory whose length sums its pre-drawn steps (``trajectory`` fidelity), with
-the load on the inference tier and on the host taken as a fixed point at the body's start.
+a few timeouts whose lengths sum its pre-drawn steps (``trajectory`` fidelity): segments of steps
+that re-read the load on the inference tier and on the host at each boundary, where the load is
+the sum of the running bodies' own expected shares (docs/model.md, "Two fidelities").
 """
 
 from __future__ import annotations
@@ -346,7 +347,7 @@ class Cell:
         try:
             start = (0.0, 0.0, 0.0)
             steady = None
-            if tail is None and self._steady_run and self._ramped and not self._draining:
+            if tail is None and self._settled():
                 steady = self._steady(host, deadline, units, per, setup, reward)
             if steady is not None:  # one wait; the start of the drain cuts it short
                 d, x_l, rate, c_g, c_e = steady

@@ -20,7 +20,9 @@ def test_process_probe_times_every_phase(tmp_path):
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     phases = [r["phase"] for r in recs]
     assert phases.count("create") == 6 and phases.count("exec") == 24 and phases.count("teardown") == 6
-    assert phases.count("upload") == 6 and phases.count("download") == 6
+    # file transfers are timed at the first level only (the model has no such operation under load)
+    assert phases.count("upload") == 3 and phases.count("download") == 3
+    assert {r["concurrency"] for r in recs if r["phase"] in ("upload", "download")} == {1}
     assert all(r["run_id"] == run_id and r["ok"] and r["latency"] > 0 for r in recs)
     assert {r["concurrency"] for r in recs} == {1, 2}
 
@@ -66,7 +68,7 @@ def test_docker_probe_against_the_real_engine(docker_engine, tmp_path):
     assert sum(r["phase"] == "create" and r["ok"] for r in recs) == 8
     assert all(r["engine_version"] for r in recs)
     dl = [r for r in recs if r["phase"] == "download"]
-    assert len(dl) == 8 and all(r["ok"] for r in dl)
+    assert len(dl) == 4 and all(r["ok"] for r in dl)
     left = docker_engine.containers.list(all=True, filters={"label": f"simrollout.probe={run_id}"})
     assert left == []
 

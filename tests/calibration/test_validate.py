@@ -33,3 +33,26 @@ def test_probe_calibrate_validate_on_the_real_engine(docker_engine, tmp_path):
     assert np.isfinite(table.simulated).all()
     left = docker_engine.containers.list(all=True, filters={"label": "simrollout.probe"})
     assert [c for c in left if c.labels.get("simrollout.probe", "").startswith("validate-")] == []
+
+
+@pytest.mark.docker
+def test_held_out_style_rollout_with_llm_waits_and_staggered_arrivals(docker_engine, tmp_path):
+    from simrollout.calibration.validate import arrivals
+
+    be = get_backend("docker")
+    probes = tmp_path / "probe.jsonl"
+    probe(be, ProbePlan(sandboxes=12, commands=5, levels=(1, 2)), probes)
+    path = tmp_path / "p.yaml"
+    write_profile(calibrate(read_records([probes]), "p")[0], path)
+    llm = {"kind": "lognormal", "median": 0.1, "p99": 0.3}
+    tool = {"kind": "lognormal", "median": 0.05, "p99": 0.2}
+    scn = mini_rollout_scenario(path, trajectories=6, steps=3, levels=[2], tool=tool, seed=2, llm=llm,
+                                arrival_rate=3.0)  # fmt: skip
+    real = real_rollout(be, scn, "simrollout-busybox:local")
+    # each trajectory waited for its arrival and spent its LLM turns waiting on the client
+    assert (real.start + 1e-3 >= arrivals(scn)).all()
+    assert (real.llm > 0.2).all()
+    table = compare(real, scn, draws=5).set_index("metric")
+    assert (table.sim_lo <= table.simulated + 1e-9).all() and (table.simulated <= table.sim_hi + 1e-9).all()
+    assert table.loc["infra_per_trajectory", "real"] > 0
+    assert abs(table.loc["makespan", "diff_pct"]) < 40
