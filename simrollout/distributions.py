@@ -134,6 +134,7 @@ class Lognormal(_Shifted):
     @classmethod
     def _one_form(cls, data):
         if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if v is not None}  # a null field is a missing one
             if "median" in data and "sigma" in data and "mu" not in data and "p99" not in data:
                 return data  # median and sigma: the way a lognormal is often quoted
             by_log = "mu" in data or "sigma" in data
@@ -144,7 +145,9 @@ class Lognormal(_Shifted):
                 raise ValueError("give both median and p99")
             if by_log and not ("mu" in data and "sigma" in data):
                 raise ValueError("give both mu and sigma")
-            if by_q and not data["p99"] > data["median"]:
+            num = (int, float)
+            both = isinstance(data.get("p99"), num) and isinstance(data.get("median"), num)
+            if by_q and both and not data["p99"] > data["median"]:
                 raise ValueError("p99 must be greater than median")
         return data
 

@@ -303,6 +303,9 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
     path = Path(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping of scenario fields at the top level.")
+    subs = data.get("substrates")
+    if subs is not None and not isinstance(subs, list):
+        raise InputError(f"{path}: field 'substrates' must be a list of substrates, got {subs!r}.")
     data = copy.deepcopy(data)
     for i, sub in enumerate(data.get("substrates") or []):
         if isinstance(sub, dict) and isinstance(sub.get("profile"), str):
@@ -312,6 +315,11 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
         scn = Scenario.model_validate(data)
     except ValidationError as exc:
         raise explain(exc, path, node) from None
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError) as exc:
+        # a value of the wrong shape that reached a validator's arithmetic
+        raise InputError(
+            f"{path}: invalid input ({exc}); check each field's type against docs/scenario.md."
+        ) from None
     scn._source = str(path)
     return scn
 
