@@ -39,7 +39,6 @@ class Fleet:
         self.sandboxes = np.zeros(cap.hosts, dtype=np.int64)  # alive per host
         self.alive = 0
         self.ops = [0] * cap.hosts  # lifecycle ops in flight per host
-        self.bodies = [0] * cap.hosts  # sandboxes running steps per host (trajectory fidelity)
         # expected exec operations in flight per host from running bodies (trajectory fidelity):
         # each body adds the share of its current segment spent in exec overhead
         self.exec_load = [0.0] * cap.hosts

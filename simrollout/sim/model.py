@@ -86,7 +86,6 @@ class Cell:
         self.tier = InferenceTier(self.env, scn.cluster.inference)
         self.acc = Accumulator()
         self.sink, self.keep, self.kept = sink, keep, []
-        self.active = 0
         self.progress = progress
         self._done = 0
         self._chunks: dict[int, _Chunk] = {}
@@ -342,37 +341,31 @@ class Cell:
             return status, g, done, dur
 
         fleet = self.fleet
-        fleet.bodies[host] += 1
-        self.active += 1
-        try:
-            start = (0.0, 0.0, 0.0)
-            steady = None
-            if tail is None and self._settled():
-                steady = self._steady(host, deadline, units, per, setup, reward)
-            if steady is not None:  # one wait; the start of the drain cuts it short
-                d, x_l, rate, c_g, c_e = steady
-                self._gen_load += c_g
-                fleet.exec_load[host] += c_e
-                self._long[i] = env.active_process
-                try:
-                    yield env.timeout(d)
-                    st.gen[j] = (t0, env.now, per[0] * x_l / rate if rate > 0 else 0.0)
-                    return OK, per[0] * x_l * units, int(units), d
-                except simpy.Interrupt:
-                    spent = env.now - t0
-                finally:
-                    self._long.pop(i, None)
-                    self._gen_load -= c_g
-                    fleet.exec_load[host] -= c_e
-                done = min(max(spent - setup, 0.0) / rate, units) if rate > 0 else units
-                start = (done, per[0] * x_l * done, spent)
-                setup, reward = max(setup - spent, 0.0), min(reward, d - spent)
-            out = yield from self._segments(
-                i, host, deadline, status, units, per, setup, reward, tail, start[:3]
-            )
-        finally:
-            fleet.bodies[host] -= 1
-            self.active -= 1
+        start = (0.0, 0.0, 0.0)
+        steady = (
+            self._steady(host, deadline, units, per, setup, reward)
+            if tail is None and self._settled()
+            else None
+        )
+        if steady is not None:  # one wait; the start of the drain cuts it short
+            d, x_l, rate, c_g, c_e = steady
+            self._gen_load += c_g
+            fleet.exec_load[host] += c_e
+            self._long[i] = env.active_process
+            try:
+                yield env.timeout(d)
+                st.gen[j] = (t0, env.now, per[0] * x_l / rate if rate > 0 else 0.0)
+                return OK, per[0] * x_l * units, int(units), d
+            except simpy.Interrupt:
+                spent = env.now - t0
+            finally:
+                self._long.pop(i, None)
+                self._gen_load -= c_g
+                fleet.exec_load[host] -= c_e
+            done = min(max(spent - setup, 0.0) / rate, units) if rate > 0 else units
+            start = (done, per[0] * x_l * done, spent)
+            setup, reward = max(setup - spent, 0.0), min(reward, d - spent)
+        out = yield from self._segments(i, host, deadline, status, units, per, setup, reward, tail, start)
         status, g, done, work_time = out
         st.gen[j] = (t0, env.now, g / work_time if work_time > 0 else 0.0)
         return status, g, done, env.now - t0
