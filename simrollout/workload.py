@@ -146,6 +146,11 @@ class SubstrateDraws:
     kept: dict[int, np.ndarray] = field(default_factory=dict)  # per call, of Work.kept's trajectories
 
 
+def arrival_gaps(scn: Scenario, rep: int, chunk: int, m: int) -> np.ndarray:
+    """Poisson inter-arrival gaps of trajectories ``chunk * CHUNK ...`` (``m`` of them), s."""
+    return stream(scn.seed, rep, "arrivals", chunk).exponential(1.0 / scn.arrivals.rate, m)
+
+
 def first_failure(u: float, p: float, calls: int) -> int:
     """1-based index of the first failing call among ``calls`` with per-call probability ``p``,
     from a uniform ``u`` (inverse of the geometric CDF); 0 when none fails."""

@@ -87,11 +87,9 @@ def arrivals(scn: Scenario) -> np.ndarray:
     n = scn.workload.trajectories
     if scn.arrivals.kind != "poisson":
         return np.zeros(n)
-    from ..rng import stream
-    from ..workload import CHUNK
+    from ..workload import CHUNK, arrival_gaps
 
-    gaps = [stream(scn.seed, 0, "arrivals", c).exponential(1.0 / scn.arrivals.rate, min(CHUNK, n - c * CHUNK))
-            for c in range(-(-n // CHUNK))]  # fmt: skip
+    gaps = [arrival_gaps(scn, 0, c, min(CHUNK, n - c * CHUNK)) for c in range(-(-n // CHUNK))]
     return np.cumsum(np.concatenate(gaps))
 
 

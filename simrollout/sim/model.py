@@ -19,7 +19,16 @@ import simpy
 from ..metrics import Accumulator
 from ..rng import stream
 from ..scenario import Scenario, Substrate
-from ..workload import CHUNK, ChunkDetail, SubstrateDraws, Work, chunk_detail, draw_substrate, first_failure
+from ..workload import (
+    CHUNK,
+    ChunkDetail,
+    SubstrateDraws,
+    Work,
+    arrival_gaps,
+    chunk_detail,
+    draw_substrate,
+    first_failure,
+)
 from .fleet import Fleet
 from .inference import InferenceTier, expected_busy_engines
 from .records import FAILED, OK, TIMEOUT, Records
@@ -116,9 +125,7 @@ class Cell:
             )  # fmt: skip
             arrival = np.zeros(len(inputs))
             if self.scn.arrivals.kind == "poisson":
-                gaps = stream(self.scn.seed, self.rep, "arrivals", c).exponential(
-                    1.0 / self.scn.arrivals.rate, len(inputs)
-                )
+                gaps = arrival_gaps(self.scn, self.rep, c, len(inputs))
                 arrival = self._last_arrival + np.cumsum(gaps)
                 self._last_arrival = float(arrival[-1])
             st = self._chunks[c] = _Chunk(lo, inputs, d, arrival)
