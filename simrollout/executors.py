@@ -35,7 +35,7 @@ def _local_task(i: int, key: CellKey, keep: bool, records_dir):
     q = _SHARED.get("queue")
     summary, rec = _cell(_SHARED["scenarios"][i], key, keep, records_dir, q.put if q is not None else None)
     if q is not None:
-        q.put(_SHARED["scenarios"][i].workload.trajectories % _TICK)
+        q.put(_SHARED["scenarios"][i].trajectories % _TICK)
     return i, key, summary, rec
 
 
@@ -54,7 +54,7 @@ def run_many(
     if executor not in EXECUTORS:
         raise InputError(f"--executor: expected one of {list(EXECUTORS)}, got '{executor}'.")
     tasks = [(i, k) for i, s in enumerate(scenarios) for k in cell_keys(s)]
-    total = sum(scenarios[i].workload.trajectories for i, _ in tasks)
+    total = sum(scenarios[i].trajectories for i, _ in tasks)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     if executor == "ray":
         out = _run_ray(scenarios, tasks, keep_records, progress, total, address, records_dir)
@@ -138,7 +138,7 @@ def _run_ray(scenarios, tasks, keep, progress, total, address, records_dir):
             i, k = refs[ready[0]]
             summary, rec = ray.get(ready[0])
             out.append((i, k, summary, rec))
-            done += scenarios[i].workload.trajectories
+            done += scenarios[i].trajectories
             if progress is not None:
                 progress(done, total)
         order = {ik: n for n, ik in enumerate(tasks)}

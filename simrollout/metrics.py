@@ -13,7 +13,7 @@ import pandas as pd
 from scipy import stats
 
 from .scenario import Scenario, Substrate
-from .sim.records import FAILED, OK, TIMEOUT, Records
+from .sim.records import CANCELLED, FAILED, OK, TIMEOUT, Records
 from .sketch import LoadBins, QuantileSketch
 
 PERCENTILES = {"p50": 50, "p90": 90, "p99": 99, "p99_9": 99.9}
@@ -24,6 +24,7 @@ class Accumulator:
 
     def __init__(self):
         self.n = self.completed = self.failed = self.timeouts = self.retries = self.warm_hits = 0
+        self.cancelled = 0
         self.worker = self.sandbox = self.duration_sum = self.end = 0.0
         self.steps_completed = 0
         self.sketch = {k: QuantileSketch() for k in ("duration", "cold_start", "queue_wait", "acquire_wait")}
@@ -35,6 +36,7 @@ class Accumulator:
         self.completed += int(ok.sum())
         self.failed += int((rec.status == FAILED).sum())
         self.timeouts += int((rec.status == TIMEOUT).sum())
+        self.cancelled += int((rec.status == CANCELLED).sum())
         self.retries += int((rec.attempts.astype(np.int64) - 1).sum())
         self.warm_hits += int(rec.warm.sum())
         self.worker += float(rec.worker.sum())

@@ -177,7 +177,7 @@ def plan(
     ten samples; 0 skips it); ``sensitivity``: re-plan with every substrate's lifecycle latencies
     (cold and warm start, exec overhead, teardown) scaled by 1 - x and 1 + x, and say whether the
     recommendation still holds."""
-    n_full = scn.workload.trajectories
+    n_full = scn.trajectories
     levels = concurrency or [2**k for k in range(6, 15)]
     pools = warm_pool or [scn.policy.warm_pool]
     base = base_dict(scn)

@@ -47,7 +47,7 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         console.width = max(console.width, 240)
     scn = result.scenario
     t = Table(
-        title=f"{scn.name}: {scn.workload.trajectories:,} trajectories, fidelity {result.fidelity}"
+        title=f"{scn.name}: {scn.trajectories:,} trajectories, fidelity {result.fidelity}"
         + f" ({result.fidelity_reason})"
         + (f", mean of {scn.replications} replications" if scn.replications > 1 else "")
     )

@@ -39,6 +39,7 @@ class RunResult:
     summary: pd.DataFrame  # mean (and ci95) over replications
     records: dict[CellKey, Records] = field(default_factory=dict)
     cdf: dict[CellKey, np.ndarray] = field(default_factory=dict)  # duration at CDF_LEVELS
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # training loop: one row per step
 
     @property
     def fidelity_reason(self) -> str:
@@ -55,6 +56,7 @@ def _work_key(scn: Scenario, rep: int, detail: bool) -> tuple:
     return (
         json.dumps(scn.workload.model_dump(mode="json", by_alias=True), sort_keys=True),
         scn.seed,
+        scn.trajectories,
         scn.policy.timeout,  # which bodies keep their per-step detail
         rep,
         detail,
@@ -93,6 +95,11 @@ def run_cell(
         peak_sandboxes=cell.fleet.peak_sandboxes,
         pool_idle_seconds=cell.fleet.pool_idle_seconds,
     )
+    if cell.loop is not None:
+        inf = scn.cluster.inference
+        cell.loop.adjust(summary, inf)
+        summary.update(cell.loop.summary(inf.engines if inf else 0, cell.tier.busy_seconds))
+        summary["_steps"] = cell.loop.step_table()
     summary["_cdf"] = cell.acc.sketch["duration"].quantile(CDF_LEVELS)
     return summary, rec
 
@@ -107,9 +114,12 @@ def cell_keys(scn: Scenario) -> list[CellKey]:
 
 
 def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]]) -> RunResult:
-    rows, cdf = [], {}
+    rows, cdf, steps = [], {}, []
     for k, summary, _ in results:
         cdf[k] = summary.pop("_cdf")
+        for row in summary.pop("_steps", ()):
+            steps.append({"substrate": scn.substrates[k.substrate].name, "concurrency": k.concurrency,
+                          "replication": k.replication, **row})  # fmt: skip
         rows.append(
             {
                 "substrate": scn.substrates[k.substrate].name,
@@ -120,7 +130,7 @@ def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]])
         )
     cells = pd.DataFrame(rows)
     records = {k: rec for k, _, rec in results if rec is not None}
-    return RunResult(scn, scn.resolved_fidelity(), cells, aggregate(cells), records, cdf)
+    return RunResult(scn, scn.resolved_fidelity(), cells, aggregate(cells), records, cdf, pd.DataFrame(steps))
 
 
 def run_scenario(

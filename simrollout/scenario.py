@@ -7,6 +7,7 @@ as one :class:`~simrollout.errors.InputError` naming the file, the field path an
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
@@ -48,7 +49,7 @@ class Tool(_Model):
 
 
 class Workload(_Model):
-    trajectories: PositiveInt
+    trajectories: PositiveInt | None = None  # with ``training:``, a cap (else it follows from it)
     steps: Dist
     llm_time: Dist
     calls_per_step: Dist = Constant(value=1)
@@ -61,6 +62,9 @@ class Workload(_Model):
         if self.steps.mean() < 1:
             raise ValueError(f"'steps' must be at least 1 on average, got a mean of {self.steps.mean():g}")
         return self
+
+    max_turns: PositiveInt | None = None  # the agent harness stops a trajectory after this many steps
+    tool_timeout: PositiveFloat | None = None  # a tool call over it returns an error, the agent goes on
 
 
 Chance = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -205,6 +209,103 @@ class Arrivals(_Model):
         return self
 
 
+class LinearTime(_Model):
+    """Train time as a linear model of the step's work: ``intercept + per_step x`` the generated
+    steps (turns) of the samples it trains on."""
+
+    kind: Literal["linear"]
+    intercept: NonNegativeFloat = 0.0
+    per_step: NonNegativeFloat = 0.0
+
+    def mean(self) -> float:
+        return self.intercept
+
+
+class PassRate(_Model):
+    """DAPO dynamic sampling: each prompt's pass rate ~ Beta(alpha, beta); a group whose rewards
+    are all equal carries no signal and is filtered out."""
+
+    alpha: PositiveFloat
+    beta: PositiveFloat
+
+    def keep_rate(self, group: int) -> float:
+        """Expected share of groups of ``group`` samples kept: 1 - E[p^G] - E[(1-p)^G]."""
+        from scipy.special import betaln
+
+        a, b = self.alpha, self.beta
+        same = np.exp(betaln(a + group, b) - betaln(a, b)) + np.exp(betaln(a, b + group) - betaln(a, b))
+        return float(1.0 - same)
+
+
+class Trainer(_Model):
+    """Separate trainer GPUs (``placement: disaggregated``)."""
+
+    gpus: PositiveInt
+    price_per_hour: NonNegativeFloat = 0.0
+
+
+class Training(_Model):
+    """The RL loop: GRPO groups, training steps, weight sync and bounded staleness (docs/model.md)."""
+
+    prompts_per_step: PositiveInt  # B
+    samples_per_prompt: PositiveInt = 8  # G
+    steps: PositiveInt
+    mode: Literal["sync", "one_step_off", "async"] = "sync"
+    max_staleness: NonNegativeInt = 1  # async: versions a sample may lag the policy it trains
+    partial_rollouts: bool = True  # on a weight update, in-flight trajectories go on (else discarded)
+    train_time: Annotated[LinearTime, Field(discriminator="kind")] | Dist
+    weight_sync_time: Dist = Constant(value=0.0)
+    placement: Literal["colocated", "disaggregated"] = "colocated"
+    trainer: Trainer | None = None
+    task_spread: NonNegativeFloat = 0.0  # sigma of a per-prompt duration factor (lognormal, mean 1)
+    over_sampling: NonNegativeFloat = 0.0  # start B x (1 + f) groups, train on the first B ready
+    leftover: Literal["cancel", "carry"] = "cancel"
+    dynamic_sampling: PassRate | None = None
+    on_failure: Literal["mask", "drop_group", "retry"] = "mask"
+    retries: NonNegativeInt = 2  # on_failure: retry, per member
+
+    @field_validator("train_time", mode="before")
+    @classmethod
+    def _linear_or_dist(cls, v):
+        if isinstance(v, dict) and v.get("kind") == "linear":
+            return LinearTime.model_validate(v)
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.mode != "sync" and self.placement == "colocated":
+            raise ValueError(
+                f"mode '{self.mode}' overlaps generation with training, which needs placement "
+                "'disaggregated' (separate trainer GPUs); colocated engines cannot generate while "
+                "they train"
+            )
+        if self.placement == "disaggregated" and self.trainer is None:
+            raise ValueError("placement 'disaggregated' needs trainer: {gpus: N, price_per_hour: P}")
+        if self.mode == "async" and self.over_sampling:
+            raise ValueError(
+                "over_sampling applies to modes sync and one_step_off; async already trains on the "
+                "first groups ready"
+            )
+        if self.dynamic_sampling and self.samples_per_prompt < 2:
+            raise ValueError("dynamic_sampling needs samples_per_prompt of at least 2 (a group to compare)")
+        return self
+
+    @property
+    def groups_per_step(self) -> int:
+        """Groups started per step in sync and one_step_off modes: B x (1 + over_sampling)."""
+        return math.ceil(self.prompts_per_step * (1.0 + self.over_sampling) - 1e-9)
+
+    def budget(self) -> int:
+        """Trajectories the run may start: every step's groups, over-sampled and refilled for the
+        expected filter and failures, with a margin (the run says so if it runs out)."""
+        keep = self.dynamic_sampling.keep_rate(self.samples_per_prompt) if self.dynamic_sampling else 1.0
+        groups = self.steps * (self.groups_per_step + self.prompts_per_step * (1.0 / max(keep, 1e-3) - 1.0))
+        if self.mode == "async":
+            groups += self.prompts_per_step * (self.max_staleness + 1)
+        extra = 1.0 + (0.5 if self.on_failure != "mask" or not self.partial_rollouts else 0.0)
+        return int(math.ceil((groups * 1.25 * extra + 4 * self.prompts_per_step) * self.samples_per_prompt))
+
+
 class Scenario(_Model):
     version: Literal[1]
     name: str = "scenario"
@@ -216,6 +317,7 @@ class Scenario(_Model):
     cluster: Cluster
     policy: Policy = Policy()
     arrivals: Arrivals = Arrivals()
+    training: Training | None = None
     _source: str = PrivateAttr("<scenario>")  # the file it came from, for error messages
 
     @field_validator("substrates")
@@ -226,6 +328,38 @@ class Scenario(_Model):
             raise ValueError(f"substrate names must be unique, got {names}")
         return v
 
+    @model_validator(mode="after")
+    def _training_fits(self):
+        tr, pol = self.training, self.policy
+        if tr is None:
+            if self.workload.trajectories is None:
+                raise ValueError("workload.trajectories is required (or give a training section)")
+            return self
+        if pol.mode == "sync" and pol.batch_size != tr.prompts_per_step * tr.samples_per_prompt:
+            raise ValueError(
+                f"policy.mode 'sync' with batch_size {pol.batch_size} conflicts with training "
+                f"({tr.prompts_per_step} prompts x {tr.samples_per_prompt} samples = "
+                f"{tr.prompts_per_step * tr.samples_per_prompt} per step); the training section sets "
+                "the batches: drop policy.mode and batch_size"
+            )
+        if self.arrivals.kind != "batch":
+            raise ValueError("arrivals 'poisson' cannot combine with training: the loop admits trajectories")
+        if self.fidelity == "trajectory":
+            raise ValueError(
+                "fidelity 'trajectory' is not available with training: the loop runs on the step "
+                "engine (the fast engine was not compared with it in the loop's modes)"
+            )
+        return self
+
+    @property
+    def trajectories(self) -> int:
+        """Trajectories the run may start: ``workload.trajectories``, or with ``training:`` the
+        loop's budget (capped by ``workload.trajectories`` when given)."""
+        if self.training is None:
+            return int(self.workload.trajectories)
+        n = self.training.budget()
+        return min(n, self.workload.trajectories) if self.workload.trajectories else n
+
     def resolved_fidelity(self) -> str:
         return self.fidelity_choice()[0]
 
@@ -235,7 +369,9 @@ class Scenario(_Model):
         (docs/performance.md) finds within tolerance of the step engine in every mode."""
         if self.fidelity != "auto":
             return self.fidelity, "set in the scenario"
-        steps = self.workload.trajectories * self.workload.steps.mean()
+        if self.training is not None:
+            return "step", "auto: the training loop runs on the step engine"
+        steps = self.trajectories * self.workload.steps.mean()
         if steps <= 2e5:
             return "step", f"auto: {steps:,.0f} steps, small enough to simulate every step"
         inf = self.cluster.inference

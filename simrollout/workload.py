@@ -68,12 +68,16 @@ def _sum_by(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.ndarray]:
     """Workload of trajectories ``c * CHUNK ...`` from the chunk's own stream."""
     wl = scn.workload
-    m = min(CHUNK, wl.trajectories - c * CHUNK)
+    m = min(CHUNK, scn.trajectories - c * CHUNK)
     rng = stream(scn.seed, rep, "workload", c)
     steps = _counts(wl.steps, rng, m, 1)
+    if wl.max_turns:  # the harness's turn limit
+        steps = np.minimum(steps, wl.max_turns)
     step_llm = wl.llm_time.sample(rng, int(steps.sum()))
     step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
     call_tool = tool_mixture(scn).sample(rng, int(step_calls.sum()))
+    if wl.tool_timeout:  # the harness cuts a tool call here and returns an error to the agent
+        call_tool = np.minimum(call_tool, wl.tool_timeout)
     calls = _sum_by(step_calls, steps).astype(np.int64)
     llm, tool = _sum_by(step_llm, steps), _sum_by(call_tool, calls)
     out = {
@@ -99,7 +103,7 @@ def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.n
 def draw_work(scn: Scenario, rep: int, detail: bool = False, jobs: int = 1) -> Work:
     """Draw every trajectory's workload for replication ``rep`` (chunks in ``jobs`` processes),
     filling preallocated arrays as chunks arrive so the peak is the result plus a few chunks."""
-    n = scn.workload.trajectories
+    n = scn.trajectories
     chunks = range(-(-n // CHUNK))
     draw = partial(_draw_chunk, scn, rep, detail)
     kinds = {"steps": np.int32, "calls": np.int32}

@@ -84,7 +84,7 @@ def mini_rollout_scenario(
 
 def arrivals(scn: Scenario) -> np.ndarray:
     """Arrival times of the scenario's trajectories: the simulation's own draws (zero for a batch)."""
-    n = scn.workload.trajectories
+    n = scn.trajectories
     if scn.arrivals.kind != "poisson":
         return np.zeros(n)
     from ..workload import CHUNK, arrival_gaps

@@ -31,7 +31,7 @@ from ..workload import (
 )
 from .fleet import Fleet
 from .inference import InferenceTier, expected_busy_engines
-from .records import FAILED, OK, TIMEOUT, Records
+from .records import CANCELLED, FAILED, OK, TIMEOUT, Records
 
 _AT_RISK = 1.25  # a body whose estimated end times this passes its deadline runs exact steps
 _JSQ = 0.5  # a request joins the least-loaded engine: about half a request below the mean
@@ -60,6 +60,7 @@ class _Chunk:
         self.out = np.zeros((len(inputs), len(_OUT)))
         self.gen = np.zeros((len(inputs), 3))  # body start, end, generating share (GPU estimate)
         self.left = len(inputs)
+        self.ran = np.zeros(len(inputs), dtype=bool)  # rows written (the training loop starts a subset)
         self.detail: ChunkDetail | None = None  # per-step detail, drawn when a body needs it
 
 
@@ -111,6 +112,15 @@ class Cell:
         self._ramp = min(concurrency, work.n)
         self._ramped = self._draining = False
         self._long: dict[int, simpy.Process] = {}  # bodies in one long wait, cut short by the drain
+        # hooks of the training loop (simrollout.sim.training; step fidelity): trajectories to
+        # stop at their next step, a per-trajectory duration factor (the prompt's task), a gate
+        # that holds new generation while the engines train, and a call per generated step
+        self.loop = None  # the training loop, when the scenario has one
+        self.trace: list | None = None  # Chrome-trace spans, when a timeline is asked for
+        self.cancelled: set[int] = set()
+        self.task_scale: np.ndarray | None = None
+        self.llm_gate: Callable[[], simpy.Event | None] | None = None
+        self.on_generate: Callable[[int], None] | None = None
 
     def _chunk(self, c: int) -> _Chunk:
         """The chunk's state, drawn when its first trajectory is needed."""
@@ -136,9 +146,11 @@ class Cell:
 
     def _finish(self, c: int) -> None:
         st = self._chunks.pop(c)
-        cols = dict(zip(_OUT, st.out.T))
+        ran = slice(None) if st.ran.all() else st.ran
+        cols = dict(zip(_OUT, st.out[ran].T))
         ints = {"attempts": np.int8, "status": np.int8, "warm": bool, "steps_done": np.int32}
-        rec = Records(arrival=st.arrival, **{k: v.astype(ints.get(k, np.float64)) for k, v in cols.items()})
+        cols = {k: v.astype(ints.get(k, np.float64)) for k, v in cols.items()}
+        rec = Records(arrival=st.arrival[ran], **cols)
         self.acc.add(rec, None if self.step else st.gen)
         if self.sink is not None:
             self.sink(rec, st.lo)
@@ -151,15 +163,29 @@ class Cell:
         pol, n = self.scn.policy, self.work.n
         if pol.warm_pool:
             self.fleet.start_pool(pol.warm_pool)
-        if pol.mode == "sync":
+        if self.scn.training is not None:
+            from .training import TrainingLoop
+
+            self.loop = TrainingLoop(self, self.trace)
+            main = self.env.process(self.loop.run())
+        elif pol.mode == "sync":
             main = self.env.process(self._sync(pol.batch_size))
         else:
             main = self.env.process(self._workers(iter(range(n)), self.concurrency))
         self.env.run(until=main)
         self.fleet.close_pool(self.env.now)
+        self.close()
         if not self.keep:
             return None
         return Records(**{f: np.concatenate([getattr(r, f) for r in self.kept]) for f in Records.fields()})
+
+    def close(self) -> None:
+        """Fold in the chunks whose every trajectory was not started (the training loop stops
+        before its budget): their rows that ran."""
+        for c in sorted(self._chunks):
+            if self._chunks[c].ran.any():
+                self._finish(c)
+        self._chunks.clear()
 
     def _workers(self, todo, count: int):
         yield self.env.all_of([self.env.process(self._worker(todo)) for _ in range(count)])
@@ -232,6 +258,13 @@ class Cell:
                     status = FAILED
                     break
             worker += latency
+            if i in self.cancelled:  # cancelled by the training loop while it waited for a sandbox
+                td_base = td0 if first else float(sub.teardown.sample(rng, 1)[0])
+                td = yield from fleet.teardown(host, td_base, 0.0, u_td0 if first else rng.random())
+                worker += td
+                sandbox += max(billed + td, min_bill)
+                status = CANCELLED
+                break
             lag = latency if fleet.defer else 0.0  # a deferred create is waited with the body
             p_exec = fleet.fail["exec"](fleet.load(host) + 1.0)
             fail_call = first_failure(u_exec0 if first else rng.random(), p_exec, int(calls))
@@ -263,9 +296,11 @@ class Cell:
             steps,
         )  # noqa: E501
         st.out[i - st.lo] = row
+        st.ran[i - st.lo] = True
         st.left -= 1
         if st.left == 0:
             self._finish(i // CHUNK)
+        return row
 
     def _again(self, attempt: int):
         """After a failed attempt: wait the backoff and say True, or False when retries are spent."""
@@ -503,13 +538,23 @@ class Cell:
         first_call = int(w.call_off[st.lo])  # calls are numbered from the chunk's first
         f_e = fleet.factor["exec"]
         llm, steps = 0.0, 0
+        x = 1.0 if self.task_scale is None else float(self.task_scale[i])
+        gate, cancelled, on_gen = self.llm_gate, self.cancelled, self.on_generate
         if w.setup[i] and not (yield from self._until(w.setup[i], deadline)):
             return TIMEOUT, llm, steps
         call = int(w.call_off[i])
         k = 0  # calls made so far
         for s in range(int(w.step_off[i]), int(w.step_off[i + 1])):
+            if gate is not None:
+                closed = gate()
+                if closed is not None:  # the engines train: generation waits for the new weights
+                    yield closed
+            if i in cancelled:
+                return CANCELLED, llm, steps
+            if on_gen is not None:
+                on_gen(i)
             t0 = env.now
-            engine, dur = tier.duration(float(w.step_llm[s]))
+            engine, dur = tier.duration(float(w.step_llm[s]) * x)
             ok = yield from self._until(dur, deadline)
             tier.done(engine)
             llm += env.now - t0
@@ -519,11 +564,13 @@ class Cell:
                 k += 1
                 if k == fail_call:
                     return LOST, llm, steps
+                if i in cancelled:
+                    return CANCELLED, llm, steps
                 fleet.ops[host] += 1
                 over = overhead[call - first_call] * f_e(fleet.ops[host])
                 ok = yield from self._until(over, deadline)
                 fleet.ops[host] -= 1
-                if not ok or not (yield from self._until(w.call_tool[call], deadline)):
+                if not ok or not (yield from self._until(w.call_tool[call] * x, deadline)):
                     return TIMEOUT, llm, steps
                 call += 1
             steps += 1

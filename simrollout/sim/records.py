@@ -6,8 +6,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-OK, FAILED, TIMEOUT = 0, 1, 2
-STATUS = {OK: "ok", FAILED: "failed", TIMEOUT: "timeout"}
+OK, FAILED, TIMEOUT, CANCELLED = 0, 1, 2, 4
+STATUS = {OK: "ok", FAILED: "failed", TIMEOUT: "timeout", CANCELLED: "cancelled"}
 
 
 @dataclass
@@ -21,7 +21,7 @@ class Records:
     sandbox: np.ndarray  # billed sandbox lifetime, all attempts, s
     llm: np.ndarray  # time in model generation, s
     attempts: np.ndarray  # int8
-    status: np.ndarray  # int8: 0 ok, 1 failed, 2 timeout
+    status: np.ndarray  # int8: 0 ok, 1 failed, 2 timeout, 4 cancelled (the training loop)
     warm: np.ndarray  # bool: last attempt was a warm-pool hit
     steps_done: np.ndarray  # int32: steps completed in the last attempt
 
