@@ -79,6 +79,7 @@ class TrainingLoop:
         self.groups: dict[int, Group] = {}  # every group not yet trained (discarded ones included)
         self.live: dict[int, Group] = {}  # running groups
         self.trained_groups = 0
+        self.filtered = self.passed = 0  # groups the dynamic-sampling filter dropped / kept
         self.next_group = 0
         self.ready: deque[Group] = deque()
         self.queue = simpy.Store(self.env)
@@ -225,9 +226,11 @@ class TrainingLoop:
             # a masked sample scores 0; a group whose rewards are all equal carries no signal
             rewards = [i not in grp.masked and self._block("reward", i) < p for i in grp.members]
             if all(rewards) or not any(rewards):
+                self.filtered += 1
                 self._discard(grp, "filter")
                 self._top_up()
                 return
+            self.passed += 1
         grp.state, grp.ready_at = "ready", self.env.now
         del self.live[grp.g]
         self.ready.append(grp)
