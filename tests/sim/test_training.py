@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from simrollout.runner import run_cell, CellKey
+from simrollout.runner import CellKey, run_cell
 from simrollout.scenario import scenario_from_dict
 from simrollout.sim.model import Cell
 from simrollout.workload import draw_work
@@ -57,7 +57,12 @@ def test_sync_step_is_the_slowest_trajectory_plus_train_and_sync():
 
 @pytest.mark.parametrize("train", [4.0, 30.0])
 def test_one_step_off_step_is_max_of_generation_and_train_plus_sync(train):
-    disagg = {"mode": "one_step_off", "placement": "disaggregated", "trainer": {"gpus": 1}, "train_time": train}
+    disagg = {
+        "mode": "one_step_off",
+        "placement": "disaggregated",
+        "trainer": {"gpus": 1},
+        "train_time": train,
+    }
     loop, _ = loop_of(scenario({**disagg, "steps": 8}))
     steps = loop.step_table()
     assert len(steps) == 8
@@ -122,7 +127,9 @@ def test_over_sampling_never_lengthens_a_step():
         assert more.discard["over_sampling"][3] > 0  # the unused groups were cancelled
     # over many steps, the mean step is shorter
     a = loop_of(scenario({"steps": 20, "task_spread": 0.5}, **{"workload.llm_time": dist}))[0]
-    b = loop_of(scenario({"steps": 20, "task_spread": 0.5, "over_sampling": 0.5}, **{"workload.llm_time": dist}))[0]
+    b = loop_of(
+        scenario({"steps": 20, "task_spread": 0.5, "over_sampling": 0.5}, **{"workload.llm_time": dist})
+    )[0]
     assert np.mean([r["step_s"] for r in b.step_table()]) < np.mean([r["step_s"] for r in a.step_table()])
 
 
