@@ -34,6 +34,9 @@ def run(
     no_records: bool = typer.Option(False, "--no-records", help="Skip the per-trajectory Parquet files."),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
+    timeline: Path | None = typer.Option(
+        None, help="Also write a Chrome trace (open in ui.perfetto.dev) of the first cell here."
+    ),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
     from .api import override
@@ -47,6 +50,10 @@ def run(
         scn = override(scn, over)
     out = out or Path("results") / scn.name
     _out_folder(out)
+    if timeline is not None:
+        from .timeline import check
+
+        check(scn)
     with _atomic_folder(out) as tmp, _progress_bar() as bar:
         task = bar.add_task("run", total=1.0)
         result = run_scenario(
@@ -62,6 +69,11 @@ def run(
     print_table(result)
     extra = "" if no_records else " and per-trajectory Parquet in trajectories/"
     typer.echo(f"wrote {len(paths)} files{extra} to {out}/")
+    if timeline is not None:
+        from .timeline import write_timeline
+
+        n = write_timeline(scn, timeline)
+        typer.echo(f"wrote a timeline of {n:,} events to {timeline} (open it in ui.perfetto.dev)")
 
 
 @contextmanager

@@ -73,6 +73,7 @@ def summarize(
         "completed": acc.completed,
         "failed": acc.failed,
         "timeouts": acc.timeouts,
+        "cancelled": acc.cancelled,
         "retries": acc.retries,
         "worker_hours": acc.worker / 3600,
         "worker_seconds_per_trajectory": acc.worker / n if n else nan,

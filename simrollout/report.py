@@ -34,6 +34,7 @@ TABLE = [
     ("completed", "done", "{:,d}"),
     ("timeouts", "timed out", "{:,d}"),
     ("failed", "failed", "{:,d}"),
+    ("cancelled", "cancelled", "{:,d}"),  # shown when any (the training loop)
     ("retries", "retries", "{:,d}"),  # shown when any
     ("sandbox_cost_usd", "sandbox $", "{:,.0f}"),
     ("gpu_cost_usd", "GPU $", "{:,.0f}"),
@@ -41,20 +42,33 @@ TABLE = [
 ]
 
 
-def print_table(result: RunResult, console: Console | None = None) -> None:
-    console = console or Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 240)
-    scn = result.scenario
-    t = Table(
-        title=f"{scn.name}: {scn.trajectories:,} trajectories, fidelity {result.fidelity}"
-        + f" ({result.fidelity_reason})"
-        + (f", mean of {scn.replications} replications" if scn.replications > 1 else "")
-    )
-    cols = [c for c in TABLE if c[0] != "retries" or result.summary["retries"].sum() > 0]
+TRAINING = [
+    ("substrate", "substrate", "{}"),
+    ("concurrency", "conc.", "{:d}"),
+    ("training_steps_done", "steps", "{:,d}"),
+    ("training_steps_per_day", "steps/day", "{:,.0f}"),
+    ("training_hours", "to finish h", "{:,.2f}"),
+    ("step_seconds_mean", "step s", "{:,.1f}"),
+    ("step_generation_seconds", "gen s", "{:,.1f}"),
+    ("step_last_group_seconds", "last group s", "{:,.1f}"),
+    ("step_train_seconds", "train s", "{:,.1f}"),
+    ("step_sync_seconds", "sync s", "{:,.1f}"),
+    ("trainer_idle_fraction", "trainer idle", "{:.0%}"),
+    ("inference_idle_fraction", "engine idle", "{:.0%}"),
+    ("staleness_p99", "stale p99", "{:.0f}"),
+    ("staleness_max", "stale max", "{:.0f}"),
+    ("masked_samples", "masked", "{:,d}"),
+    ("discarded_samples", "discarded", "{:,d}"),
+    ("discarded_worker_hours", "discarded worker-h", "{:,.2f}"),
+    ("useful_trajectories_per_hour", "useful traj/h", "{:,.0f}"),
+]
+
+
+def _table(title: str, cols, summary: pd.DataFrame) -> Table:
+    t = Table(title=title)
     for _, head, _ in cols:
         t.add_column(head, justify="left" if head == "substrate" else "right", no_wrap=True)
-    for _, row in result.summary.iterrows():
+    for _, row in summary.iterrows():
         cells = []
         for key, _, fmt in cols:
             v = row[key]
@@ -63,13 +77,60 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
             else:
                 cells.append(fmt.format(int(v) if "d}" in fmt else v))
         t.add_row(*cells)
+    return t
+
+
+def print_table(result: RunResult, console: Console | None = None) -> None:
+    console = console or Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 240)
+    scn = result.scenario
+    title = (
+        f"{scn.name}: {_count(result)}, fidelity {result.fidelity}"
+        + f" ({result.fidelity_reason})"
+        + (f", mean of {scn.replications} replications" if scn.replications > 1 else "")
+    )
+    when_any = ("retries", "cancelled")
+    cols = [c for c in TABLE if c[0] not in when_any or result.summary.get(c[0], pd.Series([0])).sum() > 0]
+    t = _table(title, cols, result.summary)
     console.print(t)
     console.print(
         "worker-h: infrastructure worker-hours (the Rollout Infrastructure Tax paper's definition: "
-        "time on the substrate, model inference excluded); done / timed out / failed count "
-        "trajectories; durations cover every trajectory, cut ones included (docs/model.md).",
+        "time on the substrate, model inference excluded); done / timed out / failed / cancelled "
+        "count trajectories (cancelled: stopped by the training loop); durations cover every trajectory, cut ones included (docs/model.md).",
         style="dim",
     )
+    if scn.training is not None:
+        tr = scn.training
+        title = (
+            f"training loop: {tr.mode}, {tr.prompts_per_step} prompts x {tr.samples_per_prompt} samples, "
+            f"{tr.steps:,} steps, {tr.placement}"
+            + (f", max staleness {tr.max_staleness}" if tr.mode == "async" else "")
+        )
+        console.print(_table(title, TRAINING, result.summary))
+        short = result.summary[result.summary.training_steps_done < tr.steps]
+        for _, row in short.iterrows():
+            console.print(
+                f"{row.substrate} at {row.concurrency:d}: only {row.training_steps_done:,.0f} of {tr.steps:,} "
+                f"steps trained: the trajectory budget ({scn.trajectories:,}) ran out; raise "
+                "workload.trajectories or check the failure and filter rates.",
+                style="bold red",
+            )
+        console.print(
+            "step s = generation + last group (waiting from the trained samples' mean end to the "
+            "last group) + train + sync; idle: trainer GPUs not training or syncing, engines "
+            "without a request while they could generate; discarded: over-sampled, filtered, stale, "
+            "failed groups and groups left at the end (docs/metrics.md).",
+            style="dim",
+        )
+
+
+def _count(result: RunResult) -> str:
+    scn = result.scenario
+    if scn.training is None:
+        return f"{scn.trajectories:,} trajectories"
+    ran = int(result.summary.trajectories.mean())
+    return f"{ran:,} trajectories run by the training loop"
 
 
 def write_results(result: RunResult, out: Path) -> list[Path]:
@@ -88,7 +149,36 @@ def write_results(result: RunResult, out: Path) -> list[Path]:
         "summary": json.loads(result.summary.to_json(orient="records")),
     }
     written[2].write_text(json.dumps(meta, indent=2))
+    if not result.steps.empty:
+        written.append(out / "training_steps.csv")
+        result.steps.to_csv(written[-1], index=False)
+        written.append(plot_steps(result, out / "training_steps.png"))
     return written + plot_run(result, out)
+
+
+def plot_steps(result: RunResult, path: Path) -> Path:
+    """Per-step time as stacked bars (generation, last group, train, sync), one panel per
+    substrate at the first concurrency level, replication 0."""
+    df = result.steps[(result.steps.replication == 0) & (result.steps.concurrency == result.steps.concurrency.iloc[0])]
+    subs = list(dict.fromkeys(df.substrate))
+    fig, axes = plt.subplots(len(subs), 1, figsize=(10, 2.6 * len(subs)), sharex=True, squeeze=False)
+    parts = (("generation_s", "generation", "tab:blue"), ("last_group_s", "last group", "tab:orange"),
+             ("train_s", "train", "tab:green"), ("sync_s", "weight sync", "tab:red"))  # fmt: skip
+    for ax, sub in zip(axes[:, 0], subs):
+        g = df[df.substrate == sub]
+        bottom = np.zeros(len(g))
+        for col, label, color in parts:
+            ax.bar(g.step, g[col], bottom=bottom, width=0.9, label=label, color=color)
+            bottom += g[col].to_numpy()
+        ax.set_ylabel("step time (s)")
+        ax.set_title(sub, fontsize=9)
+    axes[-1, 0].set_xlabel("training step")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    fig.legend(handles, labels, loc="upper center", ncol=4, fontsize=8)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plot_run(result: RunResult, out: Path) -> list[Path]:

@@ -19,6 +19,7 @@ class InferenceTier:
         self.running = np.zeros(n, dtype=np.int64)
         self._since = np.zeros(n)
         self.busy_seconds = 0.0
+        self.trace: list | None = None  # (time, engine, running requests) on every change
 
     def duration(self, base: float) -> tuple[int, float]:
         """Admit a request: pick its engine and fix its duration (step fidelity)."""
@@ -28,12 +29,16 @@ class InferenceTier:
         if self.running[e] == 0:
             self._since[e] = self.env.now
         self.running[e] += 1
+        if self.trace is not None:
+            self.trace.append((self.env.now, e, int(self.running[e])))
         return e, base * (1.0 + self.spec.slowdown * (self.running[e] - 1))
 
     def done(self, e: int) -> None:
         if e < 0:
             return
         self.running[e] -= 1
+        if self.trace is not None:
+            self.trace.append((self.env.now, e, int(self.running[e])))
         if self.running[e] == 0:
             self.busy_seconds += self.env.now - self._since[e]
 

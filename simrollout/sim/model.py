@@ -31,7 +31,7 @@ from ..workload import (
 )
 from .fleet import Fleet
 from .inference import InferenceTier, expected_busy_engines
-from .records import CANCELLED, FAILED, OK, TIMEOUT, Records
+from .records import CANCELLED, FAILED, OK, STATUS, TIMEOUT, Records
 
 _AT_RISK = 1.25  # a body whose estimated end times this passes its deadline runs exact steps
 _JSQ = 0.5  # a request joins the least-loaded engine: about half a request below the mean
@@ -297,10 +297,20 @@ class Cell:
         )  # noqa: E501
         st.out[i - st.lo] = row
         st.ran[i - st.lo] = True
+        if self.trace is not None:
+            self._trace(i, row)
         st.left -= 1
         if st.left == 0:
             self._finish(i // CHUNK)
         return row
+
+    def _trace(self, i: int, row) -> None:
+        """Spans of a timeline (simrollout.timeline): the trajectory, and its sandbox's create."""
+        start, end, cold, waited, status, steps = row[0], row[1], row[2], row[3], int(row[8]), int(row[10])
+        args = {"status": STATUS.get(status, "lost"), "steps": steps, "attempts": int(row[7])}
+        if cold > 0 and row[7] == 1:
+            self.trace.append(("trajectories", i, "sandbox create", start + waited, cold, {}))
+        self.trace.append(("trajectories", i, f"trajectory {i}", start, end - start, args))
 
     def _again(self, attempt: int):
         """After a failed attempt: wait the backoff and say True, or False when retries are spent."""

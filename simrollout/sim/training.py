@@ -168,7 +168,7 @@ class TrainingLoop:
                 pass
 
     def _worker(self):
-        cell, env = self.cell, self.env
+        cell = self.cell
         while True:
             i = yield self.queue.get()
             if i is None:
@@ -179,12 +179,11 @@ class TrainingLoop:
                 continue
             self.running += 1
             self.v0[i], self.started[i] = self.version, True
-            t0 = env.now
             row = yield from cell.trajectory(i)
             self.running -= 1
             cell.cancelled.discard(i)
-            if self.trace is not None:
-                self._trace_trajectory(i, t0, row)
+            if self.trace is not None:  # the span the cell just recorded
+                self.trace[-1][5].update(group=int(self.group_of[i]), version=int(self.v0[i]))
             self._done(i, row)
             if self.tr.mode == "async":
                 self._top_up()
@@ -480,17 +479,7 @@ class TrainingLoop:
         return rows
 
     # ------------------------------------------------------------ Chrome trace events
-    def _trace_trajectory(self, i: int, t0: float, row) -> None:
-        from .records import STATUS
-
-        start, end, cold, waited = row[0], row[1], row[2], row[3]
-        args = {"group": int(self.group_of[i]), "version": int(self.v0[i]),
-                "status": STATUS.get(int(row[8]), "?"), "steps": int(row[10])}  # fmt: skip
-        self.trace.append(("trajectory", i, f"traj {i}", start, end - start, args))
-        if cold > 0:
-            self.trace.append(("sandbox", i, "create", start + waited, cold, {}))
-
     def _trace_step(self, k, start, ready, t0, t1, end) -> None:
-        self.trace.append(("trainer", 0, f"wait for groups (step {k})", start, max(ready - start, 0.0), {}))
-        self.trace.append(("trainer", 0, f"train step {k}", t0, t1 - t0, {}))
-        self.trace.append(("trainer", 0, f"weight sync -> v{k + 1}", t1, end - t1, {}))
+        self.trace.append(("trainer", -1, f"wait for groups (step {k})", start, max(ready - start, 0.0), {}))
+        self.trace.append(("trainer", -1, f"train step {k}", t0, t1 - t0, {}))
+        self.trace.append(("trainer", -1, f"weight sync -> v{k + 1}", t1, end - t1, {}))
