@@ -97,7 +97,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     console.print(
         "worker-h: infrastructure worker-hours (the Rollout Infrastructure Tax paper's definition: "
         "time on the substrate, model inference excluded); done / timed out / failed / cancelled "
-        "count trajectories (cancelled: stopped by the training loop); durations cover every trajectory, cut ones included (docs/model.md).",
+        "count trajectories (cancelled: stopped by the training loop); durations cover every "
+        "trajectory, cut ones included (docs/model.md).",
         style="dim",
     )
     if scn.training is not None:
@@ -111,8 +112,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         short = result.summary[result.summary.training_steps_done < tr.steps]
         for _, row in short.iterrows():
             console.print(
-                f"{row.substrate} at {row.concurrency:d}: only {row.training_steps_done:,.0f} of {tr.steps:,} "
-                f"steps trained: the trajectory budget ({scn.trajectories:,}) ran out; raise "
+                f"{row.substrate} at {row.concurrency:d}: only {row.training_steps_done:,.0f} of "
+                f"{tr.steps:,} steps trained: the trajectory budget ({scn.trajectories:,}) ran out; raise "
                 "workload.trajectories or check the failure and filter rates.",
                 style="bold red",
             )
@@ -159,7 +160,8 @@ def write_results(result: RunResult, out: Path) -> list[Path]:
 def plot_steps(result: RunResult, path: Path) -> Path:
     """Per-step time as stacked bars (generation, last group, train, sync), one panel per
     substrate at the first concurrency level, replication 0."""
-    df = result.steps[(result.steps.replication == 0) & (result.steps.concurrency == result.steps.concurrency.iloc[0])]
+    s = result.steps
+    df = s[(s.replication == 0) & (s.concurrency == s.concurrency.iloc[0])]
     subs = list(dict.fromkeys(df.substrate))
     fig, axes = plt.subplots(len(subs), 1, figsize=(10, 2.6 * len(subs)), sharex=True, squeeze=False)
     parts = (("generation_s", "generation", "tab:blue"), ("last_group_s", "last group", "tab:orange"),

@@ -45,7 +45,7 @@ def _lanes(spans: list) -> dict[int, int]:
     free: list[int] = []  # lanes released, lowest first
     busy: list[tuple[float, int]] = []  # (end, lane) of spans in progress
     lane_of: dict[int, int] = {}
-    tops = sorted((s for s in spans if s[0] == "trajectories" and s[2].startswith("trajectory")), key=lambda s: s[3])
+    tops = sorted((s for s in spans if _is_trajectory(s)), key=lambda s: s[3])
     for _, key, _, start, dur, _ in tops:
         while busy and busy[0][0] <= start:
             heapq.heappush(free, heapq.heappop(busy)[1])
@@ -55,30 +55,33 @@ def _lanes(spans: list) -> dict[int, int]:
     return lane_of
 
 
+def _is_trajectory(span) -> bool:
+    return span[0] == "trajectories" and span[2].startswith("trajectory")
+
+
+def _event(name: str, ph: str, pid: int, tid: int = 0, **fields) -> dict:
+    return {"name": name, "ph": ph, "pid": pid, "tid": tid, **fields}
+
+
 def chrome_trace(spans: list, engines: list, name: str) -> dict:
     """The Trace Event Format (JSON object form); times in microseconds."""
     us = 1e6
-    events: list[dict] = []
-    for proc, pid in _PIDS.items():
-        events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": proc}})
+    events = [_event("process_name", "M", pid, args={"name": proc}) for proc, pid in _PIDS.items()]
     lanes = _lanes(spans)
     for lane in sorted(set(lanes.values())):
-        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": lane, "args": {"name": f"slot {lane}"}})
-    events.append({"name": "thread_name", "ph": "M", "pid": 3, "tid": 0, "args": {"name": "trainer"}})
+        events.append(_event("thread_name", "M", 1, lane, args={"name": f"slot {lane}"}))
+    events.append(_event("thread_name", "M", 3, args={"name": "trainer"}))
     for proc, key, label, start, dur, args in spans:
-        pid = _PIDS[proc]
         tid = lanes.get(key, 0) if proc == "trajectories" else 0
-        events.append({"name": label, "cat": proc, "ph": "X", "ts": start * us, "dur": max(dur, 0.0) * us,
-                       "pid": pid, "tid": tid, "args": args})  # fmt: skip
+        events.append(_event(label, "X", _PIDS[proc], tid, cat=proc, ts=start * us, dur=max(dur, 0.0) * us, args=args))
     # trajectories in flight, and running requests per engine, as counters
-    edges = sorted([(s[3], 1) for s in spans if s[2].startswith("trajectory")]
-                   + [(s[3] + s[4], -1) for s in spans if s[2].startswith("trajectory")])  # fmt: skip
+    tops = [s for s in spans if _is_trajectory(s)]
     n = 0
-    for t, d in edges:
+    for t, d in sorted([(s[3], 1) for s in tops] + [(s[3] + s[4], -1) for s in tops]):
         n += d
-        events.append({"name": "in flight", "ph": "C", "ts": t * us, "pid": 1, "tid": 0, "args": {"trajectories": n}})
+        events.append(_event("in flight", "C", 1, ts=t * us, args={"trajectories": n}))
     for t, e, running in engines:
-        events.append({"name": f"engine {e}", "ph": "C", "ts": t * us, "pid": 2, "tid": 0, "args": {"requests": running}})
+        events.append(_event(f"engine {e}", "C", 2, ts=t * us, args={"requests": running}))
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"scenario": name}}
 
 
