@@ -73,7 +73,8 @@ def chrome_trace(spans: list, engines: list, name: str) -> dict:
     events.append(_event("thread_name", "M", 3, args={"name": "trainer"}))
     for proc, key, label, start, dur, args in spans:
         tid = lanes.get(key, 0) if proc == "trajectories" else 0
-        events.append(_event(label, "X", _PIDS[proc], tid, cat=proc, ts=start * us, dur=max(dur, 0.0) * us, args=args))
+        when = {"ts": start * us, "dur": max(dur, 0.0) * us}
+        events.append(_event(label, "X", _PIDS[proc], tid, cat=proc, args=args, **when))
     # trajectories in flight, and running requests per engine, as counters
     tops = [s for s in spans if _is_trajectory(s)]
     n = 0

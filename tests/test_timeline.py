@@ -86,7 +86,9 @@ def test_run_writes_a_timeline_and_the_training_tables(tmp_path):
 
     steps = pd.read_csv(out / "training_steps.csv")
     assert len(steps) == 5
-    assert (steps.step_s - steps.generation_s - steps.last_group_s - steps.train_s - steps.sync_s).abs().max() < 1e-6
+    assert (
+        steps.step_s - steps.generation_s - steps.last_group_s - steps.train_s - steps.sync_s
+    ).abs().max() < 1e-6
     summary = pd.read_csv(out / "summary.csv")
     assert summary.training_steps_done.iloc[0] == 5
     assert summary.discarded_over_sampling.iloc[0] > 0
