@@ -393,7 +393,7 @@ class Scaled(_Base):
         return self.factor * np.asarray(self.dist.ppf(q))
 
 
-def _number_is_constant(v):
+def number_is_constant(v):
     if isinstance(v, bool):
         return v
     if isinstance(v, int | float):
@@ -406,7 +406,7 @@ Dist = Annotated[
         Constant, Exponential, Lognormal, Gamma, Weibull, LogLogistic, Empirical, Discrete, Mixture, Scaled
     ],
     Field(discriminator="kind"),
-    BeforeValidator(_number_is_constant),
+    BeforeValidator(number_is_constant),
 ]
 Component.model_rebuild()
 Mixture.model_rebuild()

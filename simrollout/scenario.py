@@ -10,11 +10,12 @@ import copy
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Union, get_args
 
 import numpy as np
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     NonNegativeFloat,
@@ -28,7 +29,7 @@ from pydantic import (
 )
 
 from .contention import Curve
-from .distributions import Constant, Dist, no_bools
+from .distributions import Constant, Dist, no_bools, number_is_constant
 from .errors import InputError, explain, load_yaml
 
 
@@ -221,6 +222,14 @@ class LinearTime(_Model):
         return self.intercept
 
 
+# a distribution, or the linear model: one discriminated union, so errors name one kind
+TrainTime = Annotated[
+    Union[(LinearTime, *get_args(get_args(Dist)[0]))],  # noqa: UP007
+    Field(discriminator="kind"),
+    BeforeValidator(number_is_constant),
+]
+
+
 class PassRate(_Model):
     """DAPO dynamic sampling: each prompt's pass rate ~ Beta(alpha, beta); a group whose rewards
     are all equal carries no signal and is filtered out."""
@@ -253,7 +262,7 @@ class Training(_Model):
     mode: Literal["sync", "one_step_off", "async"] = "sync"
     max_staleness: NonNegativeInt = 1  # async: versions a sample may lag the policy it trains
     partial_rollouts: bool = True  # on a weight update, in-flight trajectories go on (else discarded)
-    train_time: Annotated[LinearTime, Field(discriminator="kind")] | Dist
+    train_time: TrainTime
     weight_sync_time: Dist = Constant(value=0.0)
     placement: Literal["colocated", "disaggregated"] = "colocated"
     trainer: Trainer | None = None
@@ -263,13 +272,6 @@ class Training(_Model):
     dynamic_sampling: PassRate | None = None
     on_failure: Literal["mask", "drop_group", "retry"] = "mask"
     retries: NonNegativeInt = 2  # on_failure: retry, per member
-
-    @field_validator("train_time", mode="before")
-    @classmethod
-    def _linear_or_dist(cls, v):
-        if isinstance(v, dict) and v.get("kind") == "linear":
-            return LinearTime.model_validate(v)
-        return v
 
     @model_validator(mode="after")
     def _consistent(self):

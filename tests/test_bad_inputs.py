@@ -68,6 +68,29 @@ CASES = {
 }  # fmt: skip
 
 
+def _training(policy=None, **tr):
+    d = make(**({"policy": policy} if policy else {}))
+    d["workload"].pop("trajectories")
+    d["training"] = {"prompts_per_step": 4, "samples_per_prompt": 4, "steps": 3, "train_time": 5, **tr}
+    return {"s.yaml": d}
+
+
+RUN = ["run", "{s.yaml}", "-o", "{out}"]
+CASES.update({
+    "training zero prompts": (_training(prompts_per_step=0), RUN, ["training.prompts_per_step", "greater than 0"]),
+    "training negative group": (_training(samples_per_prompt=-2), RUN, ["training.samples_per_prompt"]),
+    "training negative staleness": (_training(max_staleness=-1), RUN, ["training.max_staleness"]),
+    "training negative over-sampling": (_training(over_sampling=-0.5), RUN, ["training.over_sampling"]),
+    "training infinite-mean train time": (_training(train_time={"kind": "loglogistic", "scale": 10, "c": 0.8}), RUN,
+                                          ["training.train_time", "infinite mean"]),
+    "training async colocated": (_training(mode="async"), RUN, ["training", "disaggregated"]),
+    "training with a conflicting sync batch": (_training(policy={"mode": "sync", "batch_size": 10}), RUN,
+                                               ["batch_size 10 conflicts with training", "16 per step"]),
+    "training sweep negative staleness": (_training(), ["sweep", "{s.yaml}", "--set", "training.max_staleness=0,-1"],
+                                          ["s.yaml with --set", "training.max_staleness"]),
+})  # fmt: skip
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_is_one_paragraph_exit_2_no_traceback(tmp_path, name):
     files, argv, words = CASES[name]
