@@ -182,6 +182,9 @@ def plan(
     scenario: Path = typer.Argument(..., help="Scenario YAML (version: 1)."),
     deadline: str | None = typer.Option(None, help="Finish within, e.g. 24h, 90m, 2d."),
     throughput: float | None = typer.Option(None, help="At least this many trajectories per hour."),
+    steps_per_day: float | None = typer.Option(
+        None, "--steps-per-day", help="At least this many training steps per day (a scenario with training:)."
+    ),
     budget: float | None = typer.Option(None, help="At most this many US dollars (then: fastest within)."),
     concurrency: str | None = typer.Option(None, help="Levels to search (default 64..16384, powers of 2)."),
     warm_pool: str | None = typer.Option(None, "--warm-pool", help="Warm-pool sizes to search."),
@@ -233,6 +236,13 @@ def plan(
         raise InputError(f"plan {scenario}: --sensitivity must be a share in (0, 1), got {sensitivity}.")
     if check is not None and check < 0:
         raise InputError(f"plan {scenario}: --check must be >= 0, got {check}.")
+    if steps_per_day is not None and not (0 < steps_per_day < float("inf")):
+        raise InputError(f"plan {scenario}: --steps-per-day must be a positive number, got {steps_per_day}.")
+    if scn.training is not None or steps_per_day is not None:
+        _plan_training(scn, deadline, budget, throughput, steps_per_day, ints("concurrency", concurrency, 1),
+                       ints("warm-pool", warm_pool), ints("hosts", hosts, 1), check != 0, max_failed,
+                       executor, jobs, out)  # fmt: skip
+        return
     target = Target(parse_duration(deadline) if deadline else None, throughput, budget)
     with _progress_bar() as bar:
         task = bar.add_task("plan", total=1.0)
@@ -267,6 +277,60 @@ def plan(
         typer.echo(f"\ncheck of the top candidates ({int(result.check.checked.iloc[0]):,} trajectories x "
                    f"{int(result.check.replications.iloc[0])} replications, 95% CIs):")  # fmt: skip
         typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    typer.echo(result.describe())
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        result.table.to_csv(out, index=False)
+    if result.best is None:
+        raise typer.Exit(1)
+
+
+def _plan_training(
+    scn,
+    deadline,
+    budget,
+    throughput,
+    steps_per_day,
+    levels,
+    pools,
+    hosts,
+    check,
+    max_failed,
+    executor,
+    jobs,
+    out,
+) -> None:
+    """``plan`` for a scenario with a training section: steps per day, a deadline or a budget."""
+    from .plan_training import plan_training
+    from .planner import Target, parse_duration
+
+    given = [x is not None for x in (deadline, budget, throughput, steps_per_day)]
+    if sum(given) != 1:
+        raise InputError("plan: give exactly one of --steps-per-day, --deadline or --budget.")
+    target = None
+    if steps_per_day is None:
+        target = Target(parse_duration(deadline) if deadline else None, throughput, budget)
+    with _progress_bar() as bar:
+        task = bar.add_task("plan", total=1.0)
+        result = plan_training(
+            scn, target, steps_per_day, levels, pools, hosts, executor=executor, jobs=jobs,
+            progress=lambda done, total: bar.update(task, completed=done / total),
+            max_failed=max_failed, check=check,
+        )  # fmt: skip
+    t = result.table.assign(
+        time_h=lambda d: d.time_s / 3600, masked=lambda d: [f"{x:.2%}" for x in d.masked_fraction]
+    )
+    t["masked"] = [m + ("" if ok else " (over budget)") for m, ok in zip(t.masked, t.within_budget)]
+    cols = ["substrate", "concurrency", "warm_pool", "hosts", "steps_per_day", "time_h", "cost_usd",
+            "cost_per_step", "masked", "bound"]  # fmt: skip
+    typer.echo(t[cols].to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    if result.check is not None and len(result.check):
+        typer.echo(
+            f"\ncheck of the top candidates ({int(result.check.replications.iloc[0])} replications, 95% CIs):"
+        )
+        chk = result.check[["substrate", "concurrency", "warm_pool", "hosts", "steps_per_day",
+                            "steps_per_day_ci95", "cost_usd", "cost_usd_ci95", "meets"]]  # fmt: skip
+        typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
     typer.echo(result.describe())
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

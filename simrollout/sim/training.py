@@ -408,7 +408,9 @@ class TrainingLoop:
         stale = np.array(self.staleness) if self.staleness else np.array([nan])
         busy_train = float(train.sum() + sync.sum())
         colocated = tr.placement == "colocated"
-        avail = engines * (T - (busy_train if colocated else 0.0))
+        # engines could generate until the last trajectory ended, except while colocated ones train
+        end = max(self.cell.acc.end, T) if done else nan
+        avail = engines * (end - (busy_train if colocated else 0.0))
         samples, masked = int(col("samples").sum()), int(col("masked").sum())
         generated = self.gen_steps.sum()
         out = {
