@@ -2,7 +2,7 @@
 
 Percentiles come from a quantile sketch with 0.1% relative error; sums are exact.
 
-Names follow docs/metrics.md; ``worker_hours`` is the Rollout Infrastructure Tax paper's
+Names follow docs/model.md; ``worker_hours`` is the Rollout Infrastructure Tax paper's
 definition: wall time on the substrate excluding model inference, summed, / 3600.
 """
 

@@ -121,7 +121,7 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
             "step s = generation + last group (waiting from the trained samples' mean end to the "
             "last group) + train + sync; idle: trainer GPUs not training or syncing, engines "
             "without a request while they could generate; discarded: over-sampled, filtered, stale, "
-            "failed groups and groups left at the end (docs/metrics.md).",
+            "failed groups and groups left at the end (docs/model.md).",
             style="dim",
         )
 

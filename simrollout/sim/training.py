@@ -395,7 +395,7 @@ class TrainingLoop:
 
     # ------------------------------------------------------------ results
     def summary(self, engines: int, gen_busy_seconds: float) -> dict[str, float]:
-        """Training metrics of the cell (docs/metrics.md)."""
+        """Training metrics of the cell (docs/model.md)."""
         tr, nan = self.tr, math.nan
         rows = self.step_table()
         done = len(rows)
