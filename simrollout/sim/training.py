@@ -185,6 +185,9 @@ class TrainingLoop:
             if self.trace is not None:  # the span the cell just recorded
                 self.trace[-1][5].update(group=int(self.group_of[i]), version=int(self.v0[i]))
             self._done(i, row)
+            cell._done += 1
+            if cell.progress is not None and cell._done % 4096 == 0:
+                cell.progress(4096)
             if self.tr.mode == "async":
                 self._top_up()
 

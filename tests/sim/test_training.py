@@ -181,3 +181,27 @@ def test_colocated_engines_hold_generation_while_training():
     for t in calls:
         assert not any(a < t < b for a, b in windows)
     assert cell.loop.discard["over_sampling"][3] == 0  # carried, not cancelled
+
+
+def test_a_run_out_of_budget_says_so():
+    from simrollout.runner import run_scenario
+
+    d = make(**CONST)
+    d["workload"]["trajectories"] = 40  # a cap: 2.5 steps of 16
+    d["training"] = {"prompts_per_step": 4, "samples_per_prompt": 4, "steps": 6, "train_time": 7}
+    scn = scenario_from_dict(d)
+    assert scn.trajectories == 40
+    res = run_scenario(scn, executor="serial")
+    row = res.summary.iloc[0]
+    assert row.training_steps_done == 2 and row.training_steps == 6
+    assert row.trajectories == 40  # two groups of the third step ran, and were left at the end
+    assert row.discarded_end == 8
+    from io import StringIO
+
+    from rich.console import Console
+
+    from simrollout.report import print_table
+
+    buf = StringIO()
+    print_table(res, Console(file=buf, width=300))
+    assert "only 2 of 6 steps trained" in buf.getvalue()
