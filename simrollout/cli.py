@@ -166,6 +166,8 @@ def sweep(
         *sets,
         "substrate",
         "concurrency",
+        "training_steps_per_day",
+        "staleness_max",
         "trajectories_per_hour",
         "makespan_hours",
         "duration_p99",
