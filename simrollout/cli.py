@@ -366,6 +366,8 @@ def probe(
 
     if mode not in MODES:
         raise InputError(f"--mode: expected one of {list(MODES)}, got '{mode}'.")
+    if not gap >= 0 or gap == float("inf"):
+        raise InputError(f"--gap: expected seconds >= 0 between staggered starts, got {gap}.")
     if sandboxes < 0 or commands < 1:
         raise InputError(
             f"--sandboxes must be >= 0 (0: automatic) and --commands >= 1, got {sandboxes} and {commands}."
@@ -454,6 +456,8 @@ def calibrate(
     from .errors import load_yaml
 
     name = name or out.stem
+    if out.is_dir():
+        raise InputError(f"-o {out}: is a directory; expected the profile YAML file to write.")
     if from_quantiles is not None:
         spec, _ = load_yaml(from_quantiles)
         profile = build(spec, from_quantiles)

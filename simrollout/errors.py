@@ -35,7 +35,9 @@ def load_yaml(path: str | Path) -> tuple[object, yaml.Node | None]:
     """Parse a YAML file; return the data and its node tree (for line numbers)."""
     path = Path(path)
     if path.is_file() and path.stat().st_size > MAX_BYTES:
-        raise InputError(f"{path}: {path.stat().st_size:,} bytes; a YAML input is at most {MAX_BYTES:,}.")
+        raise InputError(
+            f"{path}: too large ({path.stat().st_size:,} bytes); a YAML input is at most {MAX_BYTES:,} bytes."
+        )
     text = read_text(path, "YAML file")
     try:
         return yaml.safe_load(text), yaml.compose(text)

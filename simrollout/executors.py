@@ -14,6 +14,7 @@ from .errors import InputError
 from .records_io import sink_for
 from .runner import CellKey, RunResult, assemble, cell_keys, run_cell, work_for
 from .scenario import Scenario
+from .workload import check_memory
 
 EXECUTORS = ("local", "serial", "ray")
 _TICK = 4096  # trajectories between progress reports
@@ -53,6 +54,10 @@ def run_many(
     ``records_dir``: each cell streams its per-trajectory records to a Parquet file there."""
     if executor not in EXECUTORS:
         raise InputError(f"--executor: expected one of {list(EXECUTORS)}, got '{executor}'.")
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs: expected at least 1 process, got {jobs}.")
+    for s in scenarios:
+        check_memory(s)
     tasks = [(i, k) for i, s in enumerate(scenarios) for k in cell_keys(s)]
     total = sum(scenarios[i].trajectories for i, _ in tasks)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))

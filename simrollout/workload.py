@@ -100,6 +100,33 @@ def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.n
     return out
 
 
+def work_bytes(scn: Scenario) -> float:
+    """Bytes of one replication's workload arrays (per-step detail at step fidelity)."""
+    wl, n = scn.workload, scn.trajectories
+    per = 40.0  # steps, calls (int32) and four float64 sums
+    if scn.resolved_fidelity() == "step":
+        steps = min(wl.steps.mean(), wl.max_turns or math.inf)
+        per += 16 + steps * (16 + wl.calls_per_step.mean() * 16)  # offsets; per step; per call
+    return n * per
+
+
+def check_memory(scn: Scenario) -> None:
+    """Refuse, before drawing anything, a workload whose arrays would not fit in memory."""
+    import os
+
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    need = work_bytes(scn)
+    if need > 0.8 * total:
+        from .errors import InputError
+
+        raise InputError(
+            f"{scn._source}: field 'workload.trajectories' ({scn.trajectories:,}) needs about "
+            f"{need / 2**30:,.1f} GiB for its workload arrays at {scn.resolved_fidelity()} fidelity, "
+            f"more than this machine's memory ({total / 2**30:,.1f} GiB); run fewer trajectories "
+            "(results scale linearly) or use fidelity: trajectory."
+        )
+
+
 def draw_work(scn: Scenario, rep: int, detail: bool = False, jobs: int = 1) -> Work:
     """Draw every trajectory's workload for replication ``rep`` (chunks in ``jobs`` processes),
     filling preallocated arrays as chunks arrive so the peak is the result plus a few chunks."""

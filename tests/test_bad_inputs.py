@@ -93,7 +93,11 @@ CASES.update({
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_is_one_paragraph_exit_2_no_traceback(tmp_path, name):
-    files, argv, words = CASES[name]
+    check_case(tmp_path, *CASES[name])
+
+
+def check_case(tmp_path, files: dict, argv: list, words: list) -> None:
+    """Write ``files``, run ``simrollout argv`` and expect exit 2, no traceback, ``words`` said."""
     for fname, content in files.items():
         p = tmp_path / fname
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -110,6 +114,7 @@ def test_bad_input_is_one_paragraph_exit_2_no_traceback(tmp_path, name):
     assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-1500:])
     assert "Traceback" not in r.stderr
     msg = " ".join(r.stderr.split())
+    assert len(r.stderr.strip().splitlines()) <= 12, "one paragraph, not a report"
     for w in words:
         assert w in msg, (w, msg)
 

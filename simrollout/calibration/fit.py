@@ -147,8 +147,9 @@ def _check(records: list[dict]) -> dict[str, dict]:
         if bad.any():
             first = rs[int(np.flatnonzero(bad)[0])]
             raise InputError(
-                f"{first['_file']}: phase '{phase}' has {int(bad.sum())} NaN or negative latencies "
-                f"(first at line {first['_line']}); expected seconds >= 0."
+                f"{first['_file']}: line {first['_line']}: field 'latency' is {first['latency']!r} "
+                f"(phase '{phase}' has {int(bad.sum())} NaN, infinite or negative latencies); "
+                "expected seconds >= 0."
             )
     for phase in PHASE_FIELD:
         rs = by_phase.get(phase, [])
@@ -334,7 +335,9 @@ def from_quantiles(spec: dict, path: Path) -> dict:
 
 def write_profile(profile: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(profile, sort_keys=False, width=100))
+    tmp = path.with_name(f".{path.name}.partial")  # an existing profile is replaced only when complete
+    tmp.write_text(yaml.safe_dump(profile, sort_keys=False, width=100))
+    tmp.replace(path)
 
 
 def plot_fits(plots: dict, path: Path) -> Path:
