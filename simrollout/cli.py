@@ -37,6 +37,7 @@ def run(
     timeline: Path | None = typer.Option(
         None, help="Also write a Chrome trace (open in ui.perfetto.dev) of the first cell here."
     ),
+    explain: bool = typer.Option(False, "--explain", help="Also print what every column of the table means."),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
     from .api import override
@@ -67,6 +68,10 @@ def run(
         )
         paths = write_results(result, tmp)
     print_table(result)
+    if explain:
+        from .report import print_explain
+
+        print_explain()
     extra = "" if no_records else " and per-trajectory Parquet in trajectories/"
     typer.echo(f"wrote {len(paths)} files{extra} to {out}/")
     if timeline is not None:

@@ -26,8 +26,10 @@ class Accumulator:
         self.n = self.completed = self.failed = self.timeouts = self.retries = self.warm_hits = 0
         self.cancelled = 0
         self.worker = self.sandbox = self.duration_sum = self.end = 0.0
+        self.queue_wait_sum = self.acquire_wait_sum = 0.0
         self.steps_completed = 0
-        self.sketch = {k: QuantileSketch() for k in ("duration", "cold_start", "queue_wait", "acquire_wait")}
+        kinds = ("duration", "completed_duration", "cold_start", "queue_wait", "acquire_wait")
+        self.sketch = {k: QuantileSketch() for k in kinds}
         self.load = LoadBins()  # generating requests over time (GPU estimate, trajectory fidelity)
 
     def add(self, rec: Records, gen: np.ndarray | None = None) -> None:
@@ -42,6 +44,9 @@ class Accumulator:
         self.worker += float(rec.worker.sum())
         self.sandbox += float(rec.sandbox.sum())
         self.duration_sum += float(rec.duration.sum())
+        self.queue_wait_sum += float(rec.queue_wait.sum())
+        self.acquire_wait_sum += float(rec.acquire_wait.sum())
+        self.sketch["completed_duration"].add(rec.duration[ok])
         self.steps_completed += int(rec.steps_done[ok].sum())
         self.end = max(self.end, float(rec.end.max()) if rec.end.size else 0.0)
         for key, x in (("duration", rec.duration), ("cold_start", rec.cold), ("queue_wait", rec.queue_wait),
@@ -84,6 +89,8 @@ def summarize(
         "trajectories_per_hour": acc.completed / makespan * 3600 if makespan else nan,
         "steps_per_second": acc.steps_completed / makespan if makespan else nan,
         "mean_in_flight": acc.duration_sum / makespan if makespan else nan,
+        "queue_wait_mean": acc.queue_wait_sum / n if n else nan,
+        "acquire_wait_mean": acc.acquire_wait_sum / n if n else nan,
         "peak_sandboxes": peak_sandboxes,
         "warm_hit_fraction": acc.warm_hits / n if n else nan,
         "warm_pool_idle_hours": pool_idle_seconds / 3600,
@@ -91,8 +98,9 @@ def summarize(
         "gpu_cost_usd": gpu_cost,
         "cost_usd": sandbox_cost + gpu_cost,
     }
-    for key, levels in (("duration", PERCENTILES), ("cold_start", PERCENTILES), ("queue_wait", PERCENTILES),
-                        ("acquire_wait", {"p50": 50, "p99": 99})):  # fmt: skip
+    sketched = {"duration": PERCENTILES, "completed_duration": PERCENTILES, "cold_start": PERCENTILES,
+                "queue_wait": PERCENTILES, "acquire_wait": {"p50": 50, "p99": 99}}  # fmt: skip
+    for key, levels in sketched.items():
         values = acc.sketch[key].quantile(np.array(list(levels.values())) / 100)
         out.update({f"{key}_{k}": float(v) for k, v in zip(levels, values)})
     return out

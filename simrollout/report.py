@@ -27,8 +27,8 @@ TABLE = [
     ("gpu_idle_fraction", "GPU idle", "{:.0%}"),
     ("makespan_hours", "makespan h", "{:,.2f}"),
     ("trajectories_per_hour", "traj/h", "{:,.0f}"),
-    ("duration_p50", "dur p50 s", "{:,.1f}"),
-    ("duration_p99", "dur p99 s", "{:,.1f}"),
+    ("completed_duration_p50", "dur p50 s", "{:,.1f}"),
+    ("completed_duration_p99", "dur p99 s", "{:,.1f}"),
     ("cold_start_p50", "cold p50 s", "{:.3f}"),
     ("cold_start_p99", "cold p99 s", "{:.3f}"),
     ("completed", "done", "{:,d}"),
@@ -96,9 +96,9 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     console.print(t)
     console.print(
         "worker-h: infrastructure worker-hours (the Rollout Infrastructure Tax paper's definition: "
-        "time on the substrate, model inference excluded); done / timed out / failed / cancelled "
-        "count trajectories (cancelled: stopped by the training loop); durations cover every "
-        "trajectory, cut ones included (docs/model.md).",
+        "time on the substrate, model inference excluded); durations are of completed trajectories "
+        "(timed out and failed ones are counted apart); done / timed out / failed / cancelled count "
+        "trajectories. Every column: simrollout run --explain; docs/model.md.",
         style="dim",
     )
     if scn.training is not None:
@@ -124,6 +124,37 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
             "failed groups and groups left at the end (docs/model.md).",
             style="dim",
         )
+
+
+EXPLAIN = {
+    "worker-h": "infrastructure worker-hours, the Rollout Infrastructure Tax paper's definition: the sum "
+    "over trajectories of wall time on the substrate excluding model inference (create or warm start, "
+    "setup, exec overhead and tool time, reward, teardown, every attempt) / 3600",
+    "sandbox-h": "billed sandbox lifetime, create to teardown including time waiting for the LLM, with "
+    "minimum billing and idle warm-pool sandboxes, / 3600",
+    "GPU-h": "inference engines (and trainer GPUs) x makespan / 3600: provisioned, not used",
+    "GPU idle": "share of GPU time with no request running (and, with training, not training or syncing)",
+    "makespan h": "time until the last trajectory released its rollout worker",
+    "traj/h": "completed trajectories per hour of makespan",
+    "dur p50 s / dur p99 s": "duration of completed trajectories, from getting a worker to release",
+    "cold p50 s / cold p99 s": "sandbox acquisition latency of the last attempt (cold or warm start)",
+    "done / timed out / failed": "trajectories completed, cut by policy.timeout, failed after their retries",
+    "cancelled": "trajectories stopped by the training loop (over-sampled, stale, dropped, left at the end)",
+    "retries": "further attempts after a failed create or a lost sandbox",
+    "sandbox $ / GPU $ / cost $": "sandbox-seconds x price (with minimums), GPU-hours x price, their sum",
+    "training table": "see docs/model.md, 'The training loop' and its metrics",
+}
+
+
+def print_explain(console: Console | None = None) -> None:
+    """What every column of the run table means."""
+    console = console or Console()
+    t = Table(title="columns of the run table", show_lines=False)
+    t.add_column("column", no_wrap=True)
+    t.add_column("meaning")
+    for k, v in EXPLAIN.items():
+        t.add_row(k, v)
+    console.print(t)
 
 
 def _count(result: RunResult) -> str:

@@ -83,6 +83,10 @@ def test_cli_run_writes_the_results_folder(tmp_path, root):
     assert (traj.end >= traj.start).all()
     for png in ["duration_cdf.png", "worker_hours_cost.png", "concurrency.png"]:
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    assert "durations are of completed trajectories" in " ".join(r.stdout.split())
+    explained = cli("run", str(root / "scenarios/small.yaml"), "-o", str(out), "--explain", "--no-records")
+    text = " ".join(explained.stdout.split())
+    assert "the Rollout Infrastructure Tax paper's definition" in text and "minimum billing" in text
     # the table's worker-hours are the parquet's, summed
     g = traj[traj.concurrency == 64].groupby("substrate", observed=True).worker.sum() / 3600
     s = summary[summary.concurrency == 64].set_index("substrate").worker_hours
@@ -157,7 +161,15 @@ def test_timeout_cuts_trajectories():
     rec = next(iter(res.records.values()))
     assert rec.duration.max() <= 10.0 + 1e-9
     # sum of 10 exp(1) exceeds 10 with probability ~ 0.458
-    assert res.summary.iloc[0].timeouts == pytest.approx(500 * 0.458, rel=0.15)
+    row = res.summary.iloc[0]
+    assert row.timeouts == pytest.approx(500 * 0.458, rel=0.15)
+    # the table's durations are of completed trajectories: below the timeout, not the timeout itself
+    ok = rec.status == 0
+    assert row.duration_p99 == pytest.approx(10.0, rel=1e-3)
+    assert row.completed_duration_p99 < 10.0
+    assert row.completed_duration_p50 == pytest.approx(np.quantile(rec.duration[ok], 0.5), rel=2e-3)
+    assert row.queue_wait_mean == pytest.approx(rec.queue_wait.mean())
+    assert row.acquire_wait_mean == pytest.approx(rec.acquire_wait.mean())
 
 
 def test_failure_probability_grows_with_operations_in_flight():
