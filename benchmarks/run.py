@@ -24,8 +24,8 @@ import simpy
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from simrollout.executors import run_scenario  # noqa: E402
 from simrollout.fidelity import Row, build, matrix  # noqa: E402
-from simrollout.runner import run_scenario  # noqa: E402
 from simrollout.scenario import load_scenario, scenario_from_dict  # noqa: E402
 from simrollout.sweeps import base_dict  # noqa: E402
 

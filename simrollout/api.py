@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .runner import RunResult, run_scenario
+from .executors import run_scenario
+from .runner import RunResult
 from .scenario import Scenario, load_scenario, scenario_from_dict
 from .sweeps import base_dict, set_path
 from .sweeps import sweep as _sweep

@@ -41,8 +41,8 @@ def run(
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
     from .api import override
+    from .executors import run_scenario
     from .report import print_table, write_results
-    from .runner import run_scenario
     from .scenario import load_scenario
 
     scn = load_scenario(scenario)

@@ -23,6 +23,19 @@ _TICK = 4096  # trajectories between progress reports
 _SHARED: dict = {}
 
 
+def run_scenario(
+    scn: Scenario,
+    jobs: int | None = None,
+    keep_records: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    executor: str = "local",
+    address: str | None = None,
+    records_dir=None,
+) -> RunResult:
+    """Simulate every cell of ``scn``; see :func:`run_many`."""
+    return run_many([scn], executor, jobs, keep_records, progress, address, records_dir)[0]
+
+
 def _cell(scn: Scenario, key: CellKey, keep: bool, records_dir, progress=None):
     sink = sink_for(records_dir, scn, key)
     try:

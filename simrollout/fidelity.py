@@ -162,7 +162,7 @@ class Comparison:
 def compare(row: Row, trajectories: int = 1000, steps: int = 20, concurrency: int = 256,
             fast: str = "trajectory") -> Comparison:  # fmt: skip
     """Run ``row`` in step fidelity and in ``fast`` fidelity (``trajectory`` or ``auto``)."""
-    from .runner import run_scenario
+    from .executors import run_scenario
 
     d = build(row, trajectories, steps, concurrency)
     res, secs = {}, {}

@@ -1,6 +1,7 @@
 """Run scenarios: every (substrate, concurrency, replication) cell, on an executor.
 
 >>> from simrollout.scenario import load_scenario          # doctest: +SKIP
+>>> from simrollout.executors import run_scenario          # doctest: +SKIP
 >>> result = run_scenario(load_scenario("scenarios/small.yaml"))  # doctest: +SKIP
 >>> result.summary[["substrate", "worker_hours"]]           # doctest: +SKIP
 
@@ -131,18 +132,3 @@ def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]])
     cells = pd.DataFrame(rows)
     records = {k: rec for k, _, rec in results if rec is not None}
     return RunResult(scn, scn.resolved_fidelity(), cells, aggregate(cells), records, cdf, pd.DataFrame(steps))
-
-
-def run_scenario(
-    scn: Scenario,
-    jobs: int | None = None,
-    keep_records: bool = True,
-    progress: Callable[[int, int], None] | None = None,
-    executor: str = "local",
-    address: str | None = None,
-    records_dir=None,
-) -> RunResult:
-    """Simulate every cell of ``scn``; see :func:`simrollout.executors.run_many`."""
-    from .executors import run_many
-
-    return run_many([scn], executor, jobs, keep_records, progress, address, records_dir)[0]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from simrollout.executors import run_scenario
 from simrollout.fidelity import TOLERANCE, Row, build, compare, matrix
-from simrollout.runner import run_scenario
 from simrollout.scenario import scenario_from_dict
 
 

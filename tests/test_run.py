@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simrollout.runner import run_scenario
+from simrollout.executors import run_scenario
 from simrollout.scenario import load_scenario, scenario_from_dict
 from simrollout.workload import draw_work
 from tests.conftest import cli

@@ -37,6 +37,9 @@ _AT_RISK = 1.25  # a body whose estimated end times this passes its deadline run
 _JSQ = 0.5  # a request joins the least-loaded engine: about half a request below the mean
 _STILL = 0.01  # multipliers that moved less than this (relative) since the last segment: double it
 LOST = 3  # the sandbox was lost mid-trajectory (exec failure): retried when retries remain
+# a trajectory's pre-drawn inputs, one row per trajectory in this column order (read back by name)
+_IN = ("cold", "warm", "teardown", "u_create", "u_exec", "u_teardown", "calls", "llm", "overhead", "tool",
+       "setup", "reward", "steps")  # fmt: skip
 _OUT = (
     "start",
     "end",
@@ -129,10 +132,11 @@ class Cell:
             w, lo = self.work, c * CHUNK
             d = draw_substrate(self.scn, self.sub, self.rep, w, c, detail=self.step)
             sl = slice(lo, lo + len(d.cold))
-            inputs = np.column_stack(
-                [d.cold, d.warm, d.teardown, d.u_create, d.u_exec, d.u_teardown, w.calls[sl],
-                 w.llm[sl], d.overhead, w.tool[sl], w.setup[sl], w.reward[sl], w.steps[sl]]
-            )  # fmt: skip
+            cols = {"cold": d.cold, "warm": d.warm, "teardown": d.teardown, "u_create": d.u_create,
+                    "u_exec": d.u_exec, "u_teardown": d.u_teardown, "calls": w.calls[sl], "llm": w.llm[sl],
+                    "overhead": d.overhead, "tool": w.tool[sl], "setup": w.setup[sl],
+                    "reward": w.reward[sl], "steps": w.steps[sl]}  # fmt: skip
+            inputs = np.column_stack([cols[k] for k in _IN])
             arrival = np.zeros(len(inputs))
             if self.scn.arrivals.kind == "poisson":
                 gaps = arrival_gaps(self.scn, self.rep, c, len(inputs))
@@ -227,7 +231,7 @@ class Cell:
         env, sub, fleet = self.env, self.sub, self.fleet
         min_bill = sub.billing.minimum_seconds
         st = self._chunk(i // CHUNK)
-        cold0, warm0, td0, u_create0, u_exec0, u_td0, calls = st.inputs[i - st.lo, :7].tolist()
+        cold0, warm0, td0, u_create0, u_exec0, u_td0, calls, *_ = st.inputs[i - st.lo].tolist()  # _IN
         start = env.now
         deadline = start + (self.scn.policy.timeout or math.inf)
         attempt, waited_all, worker, sandbox, llm_all, steps, warm_hit = 0, 0.0, 0.0, 0.0, 0.0, 0, False
@@ -370,7 +374,7 @@ class Cell:
         loses its sandbox runs exactly up to the failing call (per-step detail)."""
         env, st = self.env, self._chunks[i // CHUNK]
         j = i - st.lo
-        _, llm, over, tool, setup, reward, steps = st.inputs[j, 6:].tolist()
+        *_, llm, over, tool, setup, reward, steps = st.inputs[j].tolist()  # _IN
         status, units, tail = OK, steps, None
         if fail_call:
             status = LOST

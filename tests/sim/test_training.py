@@ -184,7 +184,7 @@ def test_colocated_engines_hold_generation_while_training():
 
 
 def test_a_run_out_of_budget_says_so():
-    from simrollout.runner import run_scenario
+    from simrollout.executors import run_scenario
 
     d = make(**CONST)
     d["workload"]["trajectories"] = 40  # a cap: 2.5 steps of 16
