@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
 from .errors import InputError
+from .outputs import atomic_file, atomic_folder
 
 app = typer.Typer(
     add_completion=False,
@@ -55,7 +55,7 @@ def run(
         from .timeline import check
 
         check(scn)
-    with _atomic_folder(out) as tmp, _progress_bar() as bar:
+    with atomic_folder(out) as tmp, _progress_bar() as bar:
         task = bar.add_task("run", total=1.0)
         result = run_scenario(
             scn,
@@ -79,36 +79,6 @@ def run(
 
         n = write_timeline(scn, timeline)
         typer.echo(f"wrote a timeline of {n:,} events to {timeline} (open it in ui.perfetto.dev)")
-
-
-@contextmanager
-def _atomic_folder(out: Path):
-    """A temporary folder beside ``out`` that replaces it only when the block completes: a failed
-    or interrupted run leaves an earlier result in ``out`` as it was."""
-    import os
-    import shutil
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if out.exists():
-            err.print(f"{out}/ left as it was; the partial output was removed")
-        raise
-    # swap in entry by entry (other files in ``out`` are left alone)
-    out.mkdir(parents=True, exist_ok=True)
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    old.mkdir(exist_ok=True)
-    for entry in tmp.iterdir():
-        if (out / entry.name).exists():
-            (out / entry.name).rename(old / entry.name)
-        entry.rename(out / entry.name)
-    shutil.rmtree(old, ignore_errors=True)
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _out_folder(out: Path) -> None:
@@ -163,7 +133,7 @@ def sweep(
             address=address,
             progress=lambda done, total: bar.update(task, completed=done / total),
         )
-    with _atomic_folder(out) as tmp:
+    with atomic_folder(out) as tmp:
         df.to_csv(tmp / "sweep.csv", index=False)
         df.to_parquet(tmp / "sweep.parquet", index=False)
         paths = plot_sweep(df, tmp)
@@ -286,8 +256,8 @@ def plan(
         typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     typer.echo(result.describe())
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        result.table.to_csv(out, index=False)
+        with atomic_file(out) as tmp:
+            result.table.to_csv(tmp, index=False)
     if result.best is None:
         raise typer.Exit(1)
 
@@ -340,8 +310,8 @@ def _plan_training(
         typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
     typer.echo(result.describe())
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        result.table.to_csv(out, index=False)
+        with atomic_file(out) as tmp:
+            result.table.to_csv(tmp, index=False)
     if result.best is None:
         raise typer.Exit(1)
 
@@ -559,7 +529,8 @@ def validate(
         )
     Console().print(t)
     if record is not None:
-        keep(record, scn, real, table, be)
+        with atomic_folder(record) as tmp:
+            keep(tmp, scn, real, table, be)
         typer.echo(f"recorded in {record}/")
     if missed:
         err.print(f"{missed} target(s) missed")

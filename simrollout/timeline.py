@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from .errors import InputError
+from .outputs import atomic_file
 from .runner import work_for
 from .scenario import Scenario
 from .sim.model import Cell
@@ -90,8 +91,6 @@ def write_timeline(scn: Scenario, path: Path) -> int:
     """Simulate the first cell with tracing and write its Chrome trace; returns the events written."""
     spans, engines = record(scn)
     trace = chrome_trace(spans, engines, scn.name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(trace))
-    tmp.replace(path)
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(trace))
     return len(trace["traceEvents"])

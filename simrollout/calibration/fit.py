@@ -334,10 +334,10 @@ def from_quantiles(spec: dict, path: Path) -> dict:
 
 
 def write_profile(profile: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")  # an existing profile is replaced only when complete
-    tmp.write_text(yaml.safe_dump(profile, sort_keys=False, width=100))
-    tmp.replace(path)
+    from ..outputs import atomic_file
+
+    with atomic_file(path) as tmp:  # an existing profile is replaced only when complete
+        tmp.write_text(yaml.safe_dump(profile, sort_keys=False, width=100))
 
 
 def plot_fits(plots: dict, path: Path) -> Path:
