@@ -151,14 +151,27 @@ def _run_ray(scenarios, tasks, keep, progress, total, address, records_dir):
         data = [s.model_dump(mode="json", by_alias=True, exclude_none=True) for s in scenarios]
         refs = {remote.remote(data[i], k, keep, records_dir): (i, k) for i, k in tasks}
         out, done, pending = [], 0, list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            i, k = refs[ready[0]]
-            summary, rec = ray.get(ready[0])
-            out.append((i, k, summary, rec))
-            done += scenarios[i].trajectories
-            if progress is not None:
-                progress(done, total)
+        try:
+            while pending:
+                # short waits give Python back the control, so Ctrl-C and SIGTERM are seen promptly
+                try:
+                    ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
+                except SystemError as exc:  # Ctrl-C's handler raised inside Ray's compiled wait
+                    if exc.__context__ is not None and not isinstance(exc.__context__, Exception):
+                        raise exc.__context__ from None
+                    raise
+                if not ready:
+                    continue
+                i, k = refs[ready[0]]
+                summary, rec = ray.get(ready[0])
+                out.append((i, k, summary, rec))
+                done += scenarios[i].trajectories
+                if progress is not None:
+                    progress(done, total)
+        except BaseException:
+            for ref in pending:  # interrupted or failed: stop the cells still running
+                ray.cancel(ref, force=True)
+            raise
         order = {ik: n for n, ik in enumerate(tasks)}
         return sorted(out, key=lambda t: order[(t[0], t[1])])
     finally:

@@ -179,3 +179,40 @@ def test_an_interrupted_multi_process_run_exits_ends_its_workers_and_keeps_earli
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+@pytest.mark.parametrize("executor,warmup", [("serial", 3.0), ("ray", 15.0)])
+def test_ctrl_c_stops_a_serial_or_ray_run(tmp_path, root, executor, warmup):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    out = tmp_path / "out"
+    small = yaml.safe_load((root / "scenarios/small.yaml").read_text())
+    quick = _yaml(tmp_path, {**small, "workload": {**small["workload"], "trajectories": 100}}, "quick.yaml")
+    assert cli("run", quick, "--out", out, "--no-records").returncode == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    big = {**small, "fidelity": "trajectory", "workload": {**small["workload"], "trajectories": 2_000_000}}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simrollout.cli", "run", str(_yaml(tmp_path, big, "big.yaml")), "--out", str(out),
+         "--executor", executor],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    parent = psutil.Process(proc.pid)
+    time.sleep(warmup)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    children = parent.children(recursive=True)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 30, "the run did not stop promptly"
+    assert proc.returncode == 130, stderr[-800:]
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    time.sleep(2.0)
+    left = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert not left, [c.cmdline()[:3] for c in left]
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
