@@ -114,10 +114,10 @@ def test_bad_probe_data_is_refused_with_phase_and_count(tmp_path):
     nan = records(
         tmp_path, {"create": (lambda r: float("nan"), 0), "exec": LOGN, "teardown": LOGN}, name="nan.jsonl"
     )
-    with pytest.raises(InputError, match=r"phase 'create' has 200 NaN or negative"):
+    with pytest.raises(InputError, match=r"phase 'create' has 200 NaN, infinite or negative"):
         calibrate(read_records([nan]), "x")
     neg = records(tmp_path, {"create": LOGN, "exec": (lambda r: -1.0, 0), "teardown": LOGN}, name="neg.jsonl")
-    with pytest.raises(InputError, match=r"phase 'exec' has 200 NaN or negative"):
+    with pytest.raises(InputError, match=r"phase 'exec' has 200 NaN, infinite or negative"):
         calibrate(read_records([neg]), "x")
     allfail = records(tmp_path, ok, fail=1.0, name="fail.jsonl")
     with pytest.raises(InputError, match=r"all 600 records are failures|all 200 records are failures"):
