@@ -378,7 +378,7 @@ def probe(
 
 @app.command()
 def cleanup(
-    backend: str = typer.Argument(..., help="process or docker."),
+    backend: str = typer.Argument(..., help="process, docker or ec2."),
     older_than: str = typer.Option(
         "6h", help="Remove sandboxes older than this whose owner cannot be checked."
     ),
