@@ -561,8 +561,14 @@ def main() -> None:
     try:
         app()
     except Interrupted as exc:
+        import os
+
         err.print("interrupted: nothing half-written; earlier results are as they were")
-        sys.exit(exc.code)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # everything was cleaned up on the way out (workers ended, partial output removed); skip
+        # the interpreter's exit hooks, which race with the process pool just torn down
+        os._exit(exc.code)
     except InputError as exc:
         from rich.markup import escape
 
