@@ -357,6 +357,11 @@ def probe(
     out = out or Path("calibration/probes") / f"{backend}-{dt.date.today():%Y%m%d}.jsonl"
     if out.is_dir():
         raise InputError(f"-o {out}: is a directory; expected a JSONL file to append probe records to.")
+    if backend not in ("process", "docker") and image.endswith(":local"):
+        raise InputError(
+            f"--image {image}: a tag built on this machine (scripts/start-docker.sh), which the "
+            f"{backend} backend cannot pull; give an image (or template, AMI) that exists there."
+        )
     be = get_backend(backend)
     plan = ProbePlan(sandboxes, commands, levels, mode, gap, image, command)
     counts: dict[str, int] = {}

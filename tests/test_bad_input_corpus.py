@@ -218,6 +218,16 @@ NEW = {
         ["probe", "process", "--concurrency", "1,x", "-o", "{p.jsonl}"],
         ["--concurrency"],
     ),
+    "probe a local tag on kubernetes": (
+        {},
+        ["probe", "kubernetes", "-o", "{p.jsonl}"],
+        ["--image", "cannot pull"],
+    ),
+    "probe a local tag on ec2": (
+        {},
+        ["probe", "ec2", "--image", "mine:local", "-o", "{p.jsonl}"],
+        ["--image"],
+    ),
     # calibrate
     "calibrate missing file": (
         {},
