@@ -205,3 +205,38 @@ def test_a_run_out_of_budget_says_so():
     buf = StringIO()
     print_table(res, Console(file=buf, width=300))
     assert "only 2 of 6 steps trained" in buf.getvalue()
+
+
+def test_every_combination_of_the_loop_trains_its_steps():
+    """Modes x partial rollouts x leftovers x failure handling x dynamic sampling x over-sampling,
+    with lost sandboxes, timeouts and a loaded tier: every run trains all its steps, every
+    trajectory run has one outcome, and async staleness stays within its bound."""
+    import itertools
+
+    from simrollout.executors import run_scenario
+
+    over = {**CONST, "workload.steps": {"kind": "lognormal", "median": 4, "p99": 20},
+            "workload.llm_time": {"kind": "lognormal", "median": 1, "p99": 10}, "cluster.concurrency": 24,
+            "substrates.0.failures": {"exec": 0.01}, "cluster.inference": {"engines": 3, "slowdown": 0.05},
+            "policy": {"timeout": 60, "retries": 1}}  # fmt: skip
+    combos = itertools.product(["sync", "one_step_off", "async"], [True, False], ["cancel", "carry"],
+                               ["mask", "drop_group", "retry"], [None, {"alpha": 1, "beta": 1}], [0, 0.5])  # fmt: skip
+    runs = 0
+    for mode, partial, leftover, on_failure, ds, f in combos:
+        if mode == "async" and (f or leftover == "carry"):
+            continue
+        tr = {"prompts_per_step": 3, "samples_per_prompt": 4, "steps": 5, "mode": mode, "partial_rollouts": partial,
+              "leftover": leftover, "on_failure": on_failure, "over_sampling": f, "train_time": 8,
+              "task_spread": 0.5, "dynamic_sampling": ds}  # fmt: skip
+        if mode != "sync":
+            tr.update(placement="disaggregated", trainer={"gpus": 1})
+        r = run_scenario(scenario({k: v for k, v in tr.items() if v is not None}, **over), executor="serial",
+                         keep_records=False).summary.iloc[0]  # fmt: skip
+        case = (mode, partial, leftover, on_failure, ds, f)
+        assert r.training_steps_done == 5, case
+        assert r.completed + r.failed + r.timeouts + r.cancelled == r.trajectories, case
+        assert r.trained_samples == 5 * 12, case
+        if mode == "async":
+            assert r.staleness_max <= 1, case
+        runs += 1
+    assert runs == 108
