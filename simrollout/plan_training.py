@@ -12,7 +12,6 @@ replications and the verdict follows that check.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -21,7 +20,7 @@ import pandas as pd
 
 from .errors import InputError
 from .executors import run_many
-from .planner import Target, _ci95
+from .planner import Target, _ci95, configurations
 from .scenario import Scenario
 from .sweeps import base_dict, set_path
 
@@ -155,20 +154,13 @@ def plan_training(
     pools = warm_pool or [scn.policy.warm_pool]
     base = set_path(base_dict(scn), "training.steps", min(tr.steps, max(sample_steps, 2)))
     configs, scenarios = [], []
-    for si, sub in enumerate(scn.substrates):
-        host_opts = hosts if (hosts and sub.capacity.quota is None) else [sub.capacity.hosts]
-        for c, w, h in itertools.product(levels, pools, host_opts):
-            d = set_path(base, "substrates", [base["substrates"][si]])
-            d = set_path(d, "substrates.0.capacity.hosts", h)
-            d = set_path(d, "cluster.concurrency", c)
-            d = set_path(d, "policy.warm_pool", w)
-            d = set_path(d, "replications", 1)
-            configs.append({"substrate": sub.name, "concurrency": c, "warm_pool": w, "hosts": h})
-            scenarios.append(Scenario.model_validate(d))
-    full = scn
+    for sub, c, w, h, d in configurations(scn, base, levels, pools, hosts):
+        configs.append({"substrate": sub.name, "concurrency": c, "warm_pool": w, "hosts": h})
+        scenarios.append(Scenario.model_validate(d))
     rows = []
-    for cfg, s, res in zip(configs, scenarios, run_many(scenarios, executor, jobs, False, progress)):
-        rows.append(cfg | _project(_full(full, s), res.summary.iloc[0], res.steps, max_failed))
+    # the projection reads the full run's step count, inference tier and trainer from ``scn``
+    for cfg, res in zip(configs, run_many(scenarios, executor, jobs, False, progress)):
+        rows.append(cfg | _project(scn, res.summary.iloc[0], res.steps, max_failed))
     table = pd.DataFrame(rows)
     table["name"] = [_name(r) for r in table.itertuples()]
     ok = table[[_meets(r, target, steps_per_day) for r in table.itertuples()]]
@@ -180,7 +172,7 @@ def plan_training(
     checked = None
     if check:
         checked = _check(
-            full, ranked.head(top), scenarios, table, executor, jobs, max_failed, target, steps_per_day
+            scn, ranked.head(top), scenarios, table, executor, jobs, max_failed, target, steps_per_day
         )
         checked = checked.sort_values(["meets", *order], ascending=[False, True, True]).reset_index(drop=True)
         if not bool(checked.meets.iloc[0]):
@@ -189,12 +181,6 @@ def plan_training(
     else:
         best = ranked.iloc[0]
     return TrainingPlan(target, steps_per_day, table, best, checked, max_failed)
-
-
-def _full(full: Scenario, sampled: Scenario) -> Scenario:
-    """The sampled configuration with the full run's step count (for the projection)."""
-    d = set_path(base_dict(sampled), "training.steps", full.training.steps)
-    return Scenario.model_validate(d)
 
 
 def _check(full, cands, scenarios, table, executor, jobs, max_failed, target, steps_per_day) -> pd.DataFrame:
@@ -206,8 +192,7 @@ def _check(full, cands, scenarios, table, executor, jobs, max_failed, target, st
         reps = []
         for r in sorted(res.steps.replication.unique()):
             cell = res.cells[res.cells.replication == r].iloc[0]
-            reps.append(_project(_full(full, scenarios[idx]), cell, res.steps[res.steps.replication == r],
-                                 max_failed))  # fmt: skip
+            reps.append(_project(full, cell, res.steps[res.steps.replication == r], max_failed))
         df = pd.DataFrame(reps)
         row = table.loc[idx, ["substrate", "concurrency", "warm_pool", "hosts", "name"]].to_dict()
         row["replications"] = len(df)

@@ -157,6 +157,20 @@ def _binding(row, sub) -> str:
     return "concurrency (rollout workers)"
 
 
+def configurations(scn: Scenario, base: dict, levels, pools, hosts):
+    """Every configuration a plan evaluates: ``(substrate, concurrency, warm pool, hosts, data)``,
+    ``data`` the scenario mapping with that one substrate and those values (one replication).
+    Host counts are searched only for self-managed fleets (a hosted quota is one host)."""
+    for si, sub in enumerate(scn.substrates):
+        host_opts = hosts if (hosts and sub.capacity.quota is None) else [sub.capacity.hosts]
+        for c, w, h in itertools.product(levels, pools, host_opts):
+            d = set_path(base, "substrates", [base["substrates"][si]])
+            d = set_path(d, "substrates.0.capacity.hosts", h)
+            d = set_path(d, "cluster.concurrency", c)
+            d = set_path(d, "policy.warm_pool", w)
+            yield sub, c, w, h, set_path(d, "replications", 1)
+
+
 def plan(
     scn: Scenario,
     target: Target,
@@ -182,18 +196,10 @@ def plan(
     pools = warm_pool or [scn.policy.warm_pool]
     base = base_dict(scn)
     configs, scenarios = [], []
-    for si, sub in enumerate(scn.substrates):
-        host_opts = hosts if (hosts and sub.capacity.quota is None) else [sub.capacity.hosts]
-        for c, w, h in itertools.product(levels, pools, host_opts):
-            n = min(n_full, max(sample, 10 * c))
-            d = set_path(base, "substrates", [base["substrates"][si]])
-            d = set_path(d, "substrates.0.capacity.hosts", h)
-            d = set_path(d, "workload.trajectories", n)
-            d = set_path(d, "cluster.concurrency", c)
-            d = set_path(d, "policy.warm_pool", w)
-            d = set_path(d, "replications", 1)
-            configs.append((sub, c, w, h, n))
-            scenarios.append(Scenario.model_validate(d))
+    for sub, c, w, h, d in configurations(scn, base, levels, pools, hosts):
+        n = min(n_full, max(sample, 10 * c))
+        configs.append((sub, c, w, h, n))
+        scenarios.append(Scenario.model_validate(set_path(d, "workload.trajectories", n)))
     results = run_many(scenarios, executor, jobs, keep_records=True, progress=progress)
     rows = []
     for (sub, c, w, h, n), res in zip(configs, results):

@@ -262,18 +262,14 @@ class Cell:
                     status = FAILED
                     break
             worker += latency
-            if i in self.cancelled:  # cancelled by the training loop while it waited for a sandbox
-                td_base = td0 if first else float(sub.teardown.sample(rng, 1)[0])
-                td = yield from fleet.teardown(host, td_base, 0.0, u_td0 if first else rng.random())
-                worker += td
-                sandbox += max(billed + td, min_bill)
-                status = CANCELLED
-                break
             lag = latency if fleet.defer else 0.0  # a deferred create is waited with the body
-            p_exec = fleet.fail["exec"](fleet.load(host) + 1.0)
-            fail_call = first_failure(u_exec0 if first else rng.random(), p_exec, int(calls))
-            body = self._body_steps if self.step else self._body_fast
-            status, llm, steps, busy = yield from body(i, host, deadline, fail_call, env.now + lag)
+            if i in self.cancelled:  # cancelled by the training loop while it waited for a sandbox
+                status, llm, busy = CANCELLED, 0.0, 0.0
+            else:
+                p_exec = fleet.fail["exec"](fleet.load(host) + 1.0)
+                fail_call = first_failure(u_exec0 if first else rng.random(), p_exec, int(calls))
+                body = self._body_steps if self.step else self._body_fast
+                status, llm, steps, busy = yield from body(i, host, deadline, fail_call, env.now + lag)
             if fleet.defer:
                 lag += busy
             td_base = td0 if first else float(sub.teardown.sample(rng, 1)[0])

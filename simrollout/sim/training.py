@@ -42,7 +42,6 @@ class Group:
     state: str = "running"  # running -> ready -> trained, or discarded
     cause: str = ""
     cost: np.ndarray = field(default_factory=lambda: np.zeros(4))  # worker, sandbox, llm s; samples
-    ready_at: float = math.nan
 
 
 @dataclass
@@ -116,11 +115,15 @@ class TrainingLoop:
         return self._blocks[b][k % _BLOCK]
 
     # ------------------------------------------------------------ groups and trajectories
+    def _exhaust(self) -> None:
+        """The trajectory budget ran out: say so once to whoever waits for groups."""
+        if not self.exhausted:
+            self.exhausted = True
+            self._notify()
+
     def _index(self, g: int) -> int | None:
         if self.next_index >= self.n:
-            if not self.exhausted:
-                self.exhausted = True
-                self._notify()
+            self._exhaust()
             return None
         i = self.next_index
         self.next_index += 1
@@ -136,9 +139,7 @@ class TrainingLoop:
 
     def _start_group(self) -> bool:
         if self.next_index + self.G > self.n:
-            if not self.exhausted:
-                self.exhausted = True
-                self._notify()
+            self._exhaust()
             return False
         g = self.next_group
         self.next_group += 1
@@ -233,7 +234,7 @@ class TrainingLoop:
                 self._top_up()
                 return
             self.passed += 1
-        grp.state, grp.ready_at = "ready", self.env.now
+        grp.state = "ready"
         del self.live[grp.g]
         self.ready.append(grp)
         self._notify()
@@ -256,10 +257,12 @@ class TrainingLoop:
 
     # ------------------------------------------------------------ collecting and training
     def _fresh(self, grp: Group) -> bool:
-        """A group may train at the current version (async: no member older than the bound)."""
+        """The group may still train at the current version: in async mode, none of its started
+        members lags the policy by more than the bound (a ready group has them all started)."""
         if self.tr.mode != "async":
             return True
-        return self.version - int(self.v0[grp.members].min()) <= self.tr.max_staleness
+        started = self.v0[grp.members][self.started[grp.members]]
+        return not started.size or self.version - int(started.min()) <= self.tr.max_staleness
 
     def _gather(self):
         """Wait for ``B`` useful ready groups; returns them, or None when the budget ran out."""
@@ -327,19 +330,10 @@ class TrainingLoop:
         for grp in self._live():
             if not self.tr.partial_rollouts and not (self.tr.mode != "async" and self.collecting):
                 self._discard(grp, "weight_update")
-            elif not self._fresh_possible(grp):
+            elif not self._fresh(grp):
                 self._discard(grp, "staleness")
         self._notify()
         self._top_up()
-
-    def _fresh_possible(self, grp: Group) -> bool:
-        """An async group whose oldest started member already lags beyond the bound can never train."""
-        if self.tr.mode != "async":
-            return True
-        started = [i for i in grp.members if self.started[i]]
-        if not started:
-            return True
-        return self.version - int(self.v0[started].min()) <= self.tr.max_staleness
 
     # ------------------------------------------------------------ the modes
     def _sync(self):
@@ -397,6 +391,15 @@ class TrainingLoop:
         yield self.env.all_of(workers)
 
     # ------------------------------------------------------------ results
+    def _trainer_busy(self) -> float:
+        """Seconds the trainer spent training and syncing weights."""
+        return float(sum(x.train + x.sync for x in self.steps))
+
+    def _run_end(self) -> float:
+        """When the last trajectory ended (cancelled ones tear down after the last step) or the
+        last weights were synced, whichever is later."""
+        return max(self.cell.acc.end, self.finished if self.steps else 0.0)
+
     def summary(self, engines: int, gen_busy_seconds: float) -> dict[str, float]:
         """Training metrics of the cell (docs/model.md)."""
         tr, nan = self.tr, math.nan
@@ -409,10 +412,10 @@ class TrainingLoop:
 
         step_s, train, sync = col("step_s"), col("train_s"), col("sync_s")
         stale = np.array(self.staleness) if self.staleness else np.array([nan])
-        busy_train = float(train.sum() + sync.sum())
+        busy_train = self._trainer_busy()
         colocated = tr.placement == "colocated"
         # engines could generate until the last trajectory ended, except while colocated ones train
-        end = max(self.cell.acc.end, T) if done else nan
+        end = self._run_end() if done else nan
         avail = engines * (end - (busy_train if colocated else 0.0))
         samples, masked = int(col("samples").sum()), int(col("masked").sum())
         generated = self.gen_steps.sum()
@@ -454,10 +457,9 @@ class TrainingLoop:
         engines = inference.engines if inference else 0
         price = inference.price_per_hour if inference else 0.0
         trainer = 0 if tr.placement == "colocated" else tr.trainer.gpus
-        end = max(out["makespan_hours"] * 3600, self.finished if self.steps else 0.0)
-        busy_train = sum(x.train + x.sync for x in self.steps)
+        end = self._run_end()
         gpu_s = (engines + trainer) * end
-        busy = self.cell.tier.busy_seconds + busy_train * (trainer or engines)
+        busy = self.cell.tier.busy_seconds + self._trainer_busy() * (trainer or engines)
         gpu_cost = engines * end / 3600 * price
         if trainer:
             gpu_cost += trainer * end / 3600 * tr.trainer.price_per_hour
