@@ -68,7 +68,8 @@ def summarize(
     n, makespan = acc.n, acc.end
     inf = scn.cluster.inference
     engines = inf.engines if inf else 0
-    gpu_seconds = engines * makespan
+    per_engine = inf.engine.gpus if inf and inf.engine else 1  # GPUs per engine
+    gpu_seconds = engines * per_engine * makespan
     sandbox_seconds = acc.sandbox + extra_sandbox_seconds
     sandbox_cost = sandbox_seconds * sub.billing.price_per_second
     gpu_cost = gpu_seconds / 3600 * (inf.price_per_hour if inf else 0.0)
@@ -84,7 +85,7 @@ def summarize(
         "worker_seconds_per_trajectory": acc.worker / n if n else nan,
         "sandbox_hours": sandbox_seconds / 3600,
         "gpu_hours": gpu_seconds / 3600,
-        "gpu_idle_fraction": 1.0 - gpu_busy_seconds / gpu_seconds if gpu_seconds else nan,
+        "gpu_idle_fraction": 1.0 - gpu_busy_seconds * per_engine / gpu_seconds if gpu_seconds else nan,
         "makespan_hours": makespan / 3600,
         "trajectories_per_hour": acc.completed / makespan * 3600 if makespan else nan,
         "steps_per_second": acc.steps_completed / makespan if makespan else nan,

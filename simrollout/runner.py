@@ -96,6 +96,8 @@ def run_cell(
         peak_sandboxes=cell.fleet.peak_sandboxes,
         pool_idle_seconds=cell.fleet.pool_idle_seconds,
     )
+    if scn.workload.tokens is not None:
+        summary.update(cell.tier.summary(cell.acc.end))
     if cell.loop is not None:
         inf = scn.cluster.inference
         cell.loop.adjust(summary, inf)

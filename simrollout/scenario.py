@@ -49,14 +49,50 @@ class Tool(_Model):
     latency: Dist
 
 
+def _non_negative(d: Dist, what: str) -> Dist:
+    if float(d.ppf(1e-9)) < 0:
+        raise ValueError(f"'{what}' must be a count of tokens >= 0, got a distribution below 0")
+    return d
+
+
+class Tokens(_Model):
+    """A workload in tokens (served by ``cluster.inference`` engines): the context a trajectory
+    starts with, the tokens appended before each turn (the previous tool output, the task on the
+    first) and the tokens each turn generates. The context grows by both, up to ``max_context``
+    (the harness compacts or truncates beyond it)."""
+
+    prompt: Dist
+    appended: Dist
+    output: Dist
+    max_context: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _counts(self):
+        for f in ("prompt", "appended", "output"):
+            _non_negative(getattr(self, f), f)
+        if float(self.output.mean()) < 1:
+            raise ValueError("'output' must be at least 1 token on average")
+        return self
+
+
 class Workload(_Model):
     trajectories: PositiveInt | None = None  # with ``training:``, a cap (else it follows from it)
     steps: Dist
-    llm_time: Dist
+    llm_time: Dist | None = None  # seconds per turn; or ``tokens`` served by engines
+    tokens: Tokens | None = None
     calls_per_step: Dist = Constant(value=1)
     tools: dict[str, Tool] = Field(min_length=1)
     setup: Dist | None = None
     reward: Dist | None = None
+
+    @model_validator(mode="after")
+    def _one_llm_model(self):
+        if (self.llm_time is None) == (self.tokens is None):
+            raise ValueError(
+                "give either 'llm_time' (seconds per turn) or 'tokens' (a token workload served by "
+                "cluster.inference's engine), not both and not neither"
+            )
+        return self
 
     @model_validator(mode="after")
     def _at_least_one_step(self):
@@ -160,12 +196,44 @@ class Substrate(_Model):
     billing: Billing = Billing()
 
 
+class IterationTime(_Model):
+    """Seconds per engine iteration, linear in the batch's work (a Vidur-style predictor):
+    ``base + per_prefill_token x P + per_decode x D + per_context_token x C`` for P prefill
+    tokens, D decoding requests and C tokens of context those decodes attend to."""
+
+    base: PositiveFloat
+    per_prefill_token: NonNegativeFloat
+    per_decode: NonNegativeFloat = 0.0
+    per_context_token: NonNegativeFloat = 0.0
+
+    def __call__(self, prefill: float, decodes: float, context: float) -> float:
+        return (self.base + self.per_prefill_token * prefill + self.per_decode * decodes
+                + self.per_context_token * context)  # fmt: skip
+
+
+class Engine(_Model):
+    """One serving engine (vLLM, SGLang, llama.cpp's server): continuous batching with chunked
+    prefill, a KV cache of ``kv_capacity_tokens`` and at most ``max_running`` requests."""
+
+    iteration: IterationTime
+    kv_capacity_tokens: PositiveInt
+    max_batch_tokens: PositiveInt = 8192  # prefill + decode tokens per iteration
+    max_running: PositiveInt = 256
+    gpus: PositiveInt = 1  # GPUs per engine (tensor parallel), for GPU-hours
+
+
 class Inference(_Model):
-    """Engines serving the policy; generation slows by ``slowdown`` per extra running request."""
+    """Engines serving the policy. With a time workload (``llm_time``) generation slows by
+    ``slowdown`` per extra running request; with a token workload each engine is the ``engine``
+    model (continuous batching, KV cache, prefix cache; see docs/model.md)."""
 
     engines: PositiveInt
     slowdown: NonNegativeFloat = 0.0
-    price_per_hour: NonNegativeFloat = 0.0
+    price_per_hour: NonNegativeFloat = 0.0  # per engine
+    profile: str | None = None  # an engine profile under calibration/engines/
+    engine: Engine | None = None
+    routing: Literal["sticky", "least_loaded"] = "sticky"
+    prefix_cache: bool = True
 
 
 class Cluster(_Model):
@@ -331,6 +399,37 @@ class Scenario(_Model):
         return v
 
     @model_validator(mode="after")
+    def _tokens_need_an_engine(self):
+        tok, inf = self.workload.tokens, self.cluster.inference
+        if tok is None:
+            if inf is not None and inf.engine is not None:
+                raise ValueError("cluster.inference.engine serves a token workload: give workload.tokens")
+            return self
+        if inf is None or inf.engine is None:
+            raise ValueError(
+                "workload.tokens needs cluster.inference with an engine (a 'profile' under "
+                "calibration/engines/ or an inline 'engine')"
+            )
+        if self.fidelity == "trajectory":
+            raise ValueError(
+                "fidelity 'trajectory' is not available with workload.tokens: the serving engines run "
+                "on the step engine (the fast engine was not compared with them)"
+            )
+        kv, out = inf.engine.kv_capacity_tokens, float(tok.output.ppf(0.99))
+        top = tok.max_context
+        if top is None:
+            top = float(tok.prompt.ppf(0.99)) + float(self.workload.steps.ppf(0.99)) * (
+                float(tok.appended.mean()) + float(tok.output.mean()))
+        if top + out > kv:
+            raise ValueError(
+                f"the KV cache of one engine ({kv:,} tokens) is smaller than one request's context "
+                f"(about {top + out:,.0f} tokens at the 99th percentile"
+                + ("" if tok.max_context else ", as the context grows over the turns") + "); raise "
+                "engine.kv_capacity_tokens (more GPUs per engine) or set workload.tokens.max_context"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _training_fits(self):
         tr, pol = self.training, self.policy
         if tr is None:
@@ -373,6 +472,8 @@ class Scenario(_Model):
             return self.fidelity, "set in the scenario"
         if self.training is not None:
             return "step", "auto: the training loop runs on the step engine"
+        if self.workload.tokens is not None:
+            return "step", "auto: serving engines (a token workload) run on the step engine"
         steps = self.trajectories * self.workload.steps.mean()
         if steps <= 2e5:
             return "step", f"auto: {steps:,.0f} steps, small enough to simulate every step"
@@ -399,14 +500,34 @@ class ProfileFile(_Model):
     provenance: dict = {}
 
 
-def _resolve(ref: str, scenario: Path) -> Path:
+def _resolve(ref: str, scenario: Path, kind: str = "substrate") -> Path:
     for cand in (scenario.parent / ref, Path(ref)):
         if cand.is_file():
             return cand
     raise InputError(
-        f"{scenario}: substrate profile '{ref}' not found (looked relative to the scenario file and "
+        f"{scenario}: {kind} profile '{ref}' not found (looked relative to the scenario file and "
         "to the current directory)."
     )
+
+
+class EngineProfileFile(_Model):
+    """An engine profile under calibration/engines/ (published figures or ``simrollout calibrate``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    version: Literal[1]
+    name: str
+    engine: dict
+    provenance: dict = {}
+
+
+def load_engine_profile(path: Path) -> EngineProfileFile:
+    data, node = load_yaml(path)
+    try:
+        prof = EngineProfileFile.model_validate(data)
+        Engine.model_validate(prof.engine)  # errors name the profile file
+    except ValidationError as exc:
+        raise explain(exc, path, node) from None
+    return prof
 
 
 def load_profile(path: Path) -> ProfileFile:
@@ -449,6 +570,10 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
         if isinstance(sub, dict) and isinstance(sub.get("profile"), str):
             prof = load_profile(_resolve(sub["profile"], path))
             data["substrates"][i] = {"name": prof.name, **_merge(prof.substrate, sub)}
+    inf = (data.get("cluster") or {}).get("inference") if isinstance(data.get("cluster"), dict) else None
+    if isinstance(inf, dict) and isinstance(inf.get("profile"), str):
+        prof = load_engine_profile(_resolve(inf["profile"], path, "engine"))
+        inf["engine"] = _merge(prof.engine, inf.get("engine") or {})
     try:
         scn = Scenario.model_validate(data)
     except ValidationError as exc:

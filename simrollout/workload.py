@@ -43,6 +43,10 @@ class Work:
     # per-step detail of the trajectories long enough to near the timeout (trajectory fidelity
     # cuts them exactly): index -> (step_llm, step_calls, call_tool)
     kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # token workload (step fidelity): prompt per trajectory, appended and output tokens per step
+    prompt: np.ndarray | None = None
+    step_append: np.ndarray | None = None
+    step_output: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -73,7 +77,9 @@ def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.n
     steps = _counts(wl.steps, rng, m, 1)
     if wl.max_turns:  # the harness's turn limit
         steps = np.minimum(steps, wl.max_turns)
-    step_llm = wl.llm_time.sample(rng, int(steps.sum()))
+    n_steps = int(steps.sum())
+    # with a token workload, generation time comes from the serving engines
+    step_llm = wl.llm_time.sample(rng, n_steps) if wl.llm_time is not None else np.zeros(n_steps)
     step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
     call_tool = tool_mixture(scn).sample(rng, int(step_calls.sum()))
     if wl.tool_timeout:  # the harness cuts a tool call here and returns an error to the agent
@@ -90,6 +96,8 @@ def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.n
     }
     if detail:
         out.update(step_llm=step_llm, step_calls=step_calls, call_tool=call_tool)
+        if wl.tokens is not None:  # own stream: the other draws stay as they are
+            out.update(_tokens(wl.tokens, stream(scn.seed, rep, "tokens", c), m, n_steps))
     out["kept"] = {}
     if scn.policy.timeout and not detail:
         so, co = np.concatenate([[0], np.cumsum(steps)]), np.concatenate([[0], np.cumsum(calls)])
@@ -98,6 +106,15 @@ def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.n
                                           step_calls[so[k] : so[k + 1]].copy(),
                                           call_tool[co[k] : co[k + 1]].copy())  # fmt: skip
     return out
+
+
+def _tokens(tok, rng: np.random.Generator, m: int, n_steps: int) -> dict[str, np.ndarray]:
+    """Token counts: the prompt per trajectory, appended and output tokens per step."""
+    return {
+        "prompt": _counts(tok.prompt, rng, m, 0),
+        "step_append": _counts(tok.appended, rng, n_steps, 0),
+        "step_output": _counts(tok.output, rng, n_steps, 1),
+    }
 
 
 def work_bytes(scn: Scenario) -> float:
@@ -137,6 +154,8 @@ def draw_work(scn: Scenario, rep: int, detail: bool = False, jobs: int = 1) -> W
     sums = ("steps", "calls", "llm", "tool", "setup", "reward")
     out = {k: np.empty(n, dtype=kinds.get(k, np.float64)) for k in sums}
     details: dict[str, list] = {"step_llm": [], "step_calls": [], "call_tool": []}
+    if detail and scn.workload.tokens is not None:
+        details.update(prompt=[], step_append=[], step_output=[])
     kept: dict = {}
 
     def take(c: int, part: dict) -> None:
@@ -156,7 +175,8 @@ def draw_work(scn: Scenario, rep: int, detail: bool = False, jobs: int = 1) -> W
             take(c, draw(c))
     work = Work(**out, kept=kept)
     if detail:
-        work.step_llm, work.step_calls, work.call_tool = (np.concatenate(details[k]) for k in details)
+        for k, parts in details.items():
+            setattr(work, k, np.concatenate(parts))
         work.step_off = np.concatenate([[0], np.cumsum(work.steps, dtype=np.int64)])
         work.call_off = np.concatenate([[0], np.cumsum(work.calls, dtype=np.int64)])
     return work

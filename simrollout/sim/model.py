@@ -31,6 +31,7 @@ from ..workload import (
 )
 from .fleet import Fleet
 from .inference import InferenceTier, expected_busy_engines
+from .serving import ServingTier
 from .records import CANCELLED, FAILED, OK, STATUS, TIMEOUT, Records
 
 _AT_RISK = 1.25  # a body whose estimated end times this passes its deadline runs exact steps
@@ -96,7 +97,9 @@ class Cell:
             self.env, sub, self.rng, most=concurrency + scn.policy.warm_pool, defer=defer,
             refill_rng=lambda k: stream(scn.seed, rep, "pool", sub.name, concurrency, k),
         )  # fmt: skip
-        self.tier = InferenceTier(self.env, scn.cluster.inference)
+        tokens = scn.workload.tokens is not None
+        self._kv = inf.engine.kv_capacity_tokens if tokens else 0
+        self.tier = ServingTier(self.env, inf) if tokens else InferenceTier(self.env, inf)
         self.acc = Accumulator()
         self.sink, self.keep, self.kept = sink, keep, []
         self.progress = progress
@@ -537,6 +540,29 @@ class Cell:
         yield self.env.timeout(dur)
         return True
 
+    def _await(self, event: simpy.Event, deadline: float):
+        """Wait for ``event`` or until the deadline; True when it fired."""
+        left = deadline - self.env.now
+        if math.isinf(left):
+            yield event
+            return True
+        yield event | self.env.timeout(max(left, 0.0))
+        return event.triggered
+
+    def _turn(self, ctx: int, w: Work, i: int, s: int, x: float) -> tuple[int, bool, int, int]:
+        """Step ``s``'s request in tokens: ``(context, fresh, reusable, output)``. The context
+        grows by the appended tokens; past ``max_context`` the harness compacts it to the prompt
+        and this turn's append (nothing cached serves it: ``fresh``)."""
+        append = int(w.step_append[s])
+        out = max(int(round(int(w.step_output[s]) * x)), 1)
+        # a context that would not fit one engine's KV cache is compacted too
+        top = min(self.scn.workload.tokens.max_context or math.inf, self._kv - out)
+        if ctx == 0:  # the first turn: the prompt
+            return int(min(w.prompt[i] + append, top)), False, 0, out
+        if ctx + append > top:
+            return int(min(w.prompt[i] + append, top)), True, 0, out
+        return ctx + append, False, ctx, out
+
     def _body_steps(self, i: int, host: int, deadline: float, fail_call: int, t_begin: float):
         out = yield from self._steps(i, host, deadline, fail_call)
         return (*out, self.env.now - t_begin)
@@ -554,6 +580,8 @@ class Cell:
             return TIMEOUT, llm, steps
         call = int(w.call_off[i])
         k = 0  # calls made so far
+        tokens = w.step_output is not None
+        ctx = 0  # tokens of context before this turn's append (token workload)
         for s in range(int(w.step_off[i]), int(w.step_off[i + 1])):
             if gate is not None:
                 closed = gate()
@@ -564,9 +592,17 @@ class Cell:
             if on_gen is not None:
                 on_gen(i)
             t0 = env.now
-            engine, dur = tier.duration(float(w.step_llm[s]) * x)
-            ok = yield from self._until(dur, deadline)
-            tier.done(engine)
+            if tokens:
+                ctx, fresh, reusable, out = self._turn(ctx, w, i, s, x)
+                req = tier.request(i, ctx, out, reusable, fresh)
+                ok = yield from self._await(req.done, deadline)
+                if not ok:
+                    tier.cancel(req)
+                ctx += out
+            else:
+                engine, dur = tier.duration(float(w.step_llm[s]) * x)
+                ok = yield from self._until(dur, deadline)
+                tier.done(engine)
             llm += env.now - t0
             if not ok:
                 return TIMEOUT, llm, steps
