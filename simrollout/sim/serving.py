@@ -246,7 +246,7 @@ class ServingTier:
         self.engines = [ServingEngine(env, spec.engine, spec.prefix_cache, self, k) for k in range(spec.engines)]
         self.sticky = spec.routing == "sticky"
         self.trace: list | None = None  # (time, engine, requests on it) when a timeline is asked for
-        self.requests = self.queued = self.evicted = 0
+        self.requests = self.queued = self.evicted = self.compacted = 0
         self.prefill_tokens = self.decode_tokens = 0
         self.reusable_tokens = self.reused_tokens = self.reprefilled_tokens = 0
         self.ttft: list[float] = []
@@ -276,6 +276,7 @@ class ServingTier:
         self.requests += 1
         self.kv_wait.append(req.admitted - req.arrival)
         self.queued += req.blocked
+        self.compacted += req.fresh
         self.prefill_tokens += req.prefill_left
         if req.reusable and not req.fresh:
             self.reusable_tokens += req.reusable
@@ -316,6 +317,7 @@ class ServingTier:
             "kv_used_peak": max(e.peak_used for e in engines) / spec.kv_capacity_tokens,
             "prefix_hit_rate": self.reused_tokens / self.reusable_tokens if self.reusable_tokens else nan,
             "prefix_evictions": self.evicted,
+            "compactions": self.compacted,
             "reprefilled_tokens": self.reprefilled_tokens,
             "reprefill_gpu_hours": self.reprefilled_tokens * spec.iteration.per_prefill_token * spec.gpus / 3600,
             "prefill_tokens": self.prefill_tokens,

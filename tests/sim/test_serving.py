@@ -1,0 +1,233 @@
+"""Serving engines: the event engine against an iteration-by-iteration reference, KV admission,
+the prefix cache, routing, and how the engine count moves a rollout."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import simpy
+
+from simrollout.executors import run_scenario
+from simrollout.scenario import Inference, scenario_from_dict
+from simrollout.sim.serving import ServingTier
+
+IT = {"base": 0.01, "per_prefill_token": 2e-5, "per_decode": 1e-3, "per_context_token": 1e-7}
+
+
+def tier(env, kv=1_000_000, engines=1, cache=True, routing="sticky", batch=512, it=IT):
+    spec = {"iteration": it, "kv_capacity_tokens": kv, "max_batch_tokens": batch}
+    return ServingTier(env, Inference(engines=engines, engine=spec, prefix_cache=cache, routing=routing))
+
+
+def reference(requests, it=IT, batch=512, kv=1_000_000):
+    """Iteration by iteration, one engine, no prefix cache: end time of every request."""
+    t, waiting, running, ends = 0.0, [], [], {}
+    pending = sorted(requests)
+    held = 0
+    while pending or waiting or running:
+        while pending and pending[0][0] <= t:
+            waiting.append(list(pending.pop(0)))
+        while waiting and held + waiting[0][2] + waiting[0][3] <= kv:  # FIFO admission
+            a, k, c, o = waiting.pop(0)
+            held += c + o
+            running.append({"k": k, "pre": c, "left": o, "ctx": c, "c": c, "o": o})
+        if not running:
+            t = pending[0][0]
+            continue
+        dec = [r for r in running if r["pre"] == 0]
+        pre = [r for r in running if r["pre"] > 0]
+        budget, p = batch - len(dec), 0
+        for r in pre:
+            take = min(r["pre"], budget)
+            if take <= 0:
+                break
+            r["pre"] -= take
+            budget -= take
+            p += take
+            r["fresh"] = r["pre"] == 0
+        t += it["base"] + it["per_prefill_token"] * p + it["per_decode"] * len(dec) + it[
+            "per_context_token"
+        ] * sum(r["ctx"] for r in dec)
+        for r in dec:
+            r["left"] -= 1
+            r["ctx"] += 1
+        for r in pre:
+            if r.pop("fresh", False):
+                r["left"] -= 1
+                r["ctx"] += 1
+        for r in [r for r in running if r["left"] == 0]:
+            running.remove(r)
+            held -= r["c"] + r["o"]
+            ends[r["k"]] = t
+    return ends
+
+
+def simulate(requests, **kw):
+    env = simpy.Environment()
+    tr = tier(env, cache=False, **{k: v for k, v in kw.items() if k in ("kv", "batch")})
+    reqs = {}
+
+    def send(a, k, c, o):
+        yield env.timeout(a)
+        reqs[k] = tr.request(k, c, o)
+
+    for a, k, c, o in requests:
+        env.process(send(a, k, c, o))
+    env.run()
+    return {k: r.end for k, r in reqs.items()}, tr
+
+
+def test_one_request_known_answer():
+    ends, tr = simulate([(0.0, 0, 1000, 11)])
+    prefill = IT["base"] + IT["per_prefill_token"] * 512  # two chunks of the 512-token budget
+    second = IT["base"] + IT["per_prefill_token"] * 488
+    decode = sum(IT["base"] + IT["per_decode"] + IT["per_context_token"] * (1001 + j) for j in range(10))
+    assert ends[0] == pytest.approx(prefill + second + decode, rel=1e-12)
+    assert tr.ttft[0] == pytest.approx(prefill + second, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_closed_form_batches_equal_the_iteration_by_iteration_reference(seed):
+    rng = np.random.default_rng(seed)
+    n = 40
+    arrivals = np.cumsum(rng.exponential(0.05, n))
+    reqs = [(float(a), k, int(rng.integers(10, 3000)), int(rng.integers(1, 200))) for k, a in enumerate(arrivals)]
+    kv = None if seed % 2 else 12_000  # every other seed: KV capacity binds and requests queue
+    kw = {"kv": kv} if kv else {}
+    got, tr = simulate(reqs, **kw)
+    want = reference(reqs, **kw)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k] == pytest.approx(want[k], rel=1e-9, abs=1e-9), k
+    if kv:
+        assert tr.queued > 0
+
+
+def test_kv_capacity_binds_and_requests_queue():
+    reqs = [(0.001 * k, k, 4000, 100) for k in range(8)]
+    _, small = simulate(reqs, kv=9000)  # two at a time
+    _, large = simulate(reqs)
+    assert small.queued == 6 and large.queued == 0
+    assert max(small.kv_wait) > 0.5
+
+
+def prefix_run(tool_gap: float, kv: int):
+    """Two trajectories on one engine: A's turn, then B's turn while A waits for its tool, then
+    A's second turn."""
+    env = simpy.Environment()
+    tr = tier(env, kv=kv)
+    out = {}
+
+    def a():
+        r = tr.request(0, 5000, 50)
+        yield r.done
+        yield env.timeout(tool_gap)
+        r2 = tr.request(0, 5000 + 50 + 300, 50, reusable=5050)
+        yield r2.done
+        out["a2"] = r2
+
+    def b():
+        yield env.timeout(1.0)  # A is done (0.77 s) and waits for its tool
+        r = tr.request(1, 6000, 50)
+        yield r.done
+
+    env.process(a())
+    env.process(b())
+    env.run()
+    return tr, out["a2"]
+
+
+def test_a_prefix_evicted_during_a_long_tool_call_is_prefilled_again():
+    tr, a2 = prefix_run(tool_gap=5.0, kv=10_000)  # B's turn needs A's cached tokens (and back)
+    assert tr.evicted == 2 and a2.reuse == 0 and a2.prefill_left == 0
+    assert tr.reprefilled_tokens == 5050 and tr.prefill_tokens == 5000 + 6000 + 5350
+    kept, b2 = prefix_run(tool_gap=5.0, kv=40_000)  # room for both: only the append is prefilled
+    assert kept.evicted == 0 and b2.reuse == 5050 and kept.reprefilled_tokens == 0
+    assert kept.prefill_tokens == 5000 + 6000 + 300
+    assert b2.end - b2.arrival < a2.end - a2.arrival
+
+
+def test_sticky_routing_keeps_prefixes_that_least_loaded_routing_loses():
+    def run(routing):
+        env = simpy.Environment()
+        tr = tier(env, engines=4, routing=routing)
+
+        def traj(k):
+            ctx = 2000
+            yield env.timeout(0.01 * k)
+            for _ in range(5):
+                r = tr.request(k, ctx, 40, reusable=ctx - 200 if ctx > 2000 else 0)
+                yield r.done
+                yield env.timeout(0.2 + 0.05 * k)
+                ctx += 240
+
+        for k in range(8):
+            env.process(traj(k))
+        env.run()
+        return tr
+
+    sticky, spread = run("sticky"), run("least_loaded")
+    assert sticky.reused_tokens == sticky.reusable_tokens > 0
+    assert spread.reused_tokens < spread.reusable_tokens
+
+
+def scenario(engines: int, kv: int = 400_000, concurrency: int = 32, **tokens) -> dict:
+    return {
+        "version": 1,
+        "seed": 3,
+        "workload": {
+            "trajectories": 48,
+            "steps": 8,
+            "tokens": {"prompt": 3000, "appended": {"kind": "lognormal", "median": 800, "p99": 8000},
+                       "output": {"kind": "lognormal", "median": 200, "p99": 2000}, **tokens},  # fmt: skip
+            "tools": {"t": {"weight": 1, "latency": {"kind": "lognormal", "median": 0.5, "p99": 20}}},
+        },
+        "substrates": [{"name": "s", "cold_start": 1.0, "exec_overhead": 0.05, "teardown": 0.2}],
+        "cluster": {
+            "concurrency": concurrency,
+            "inference": {"engines": engines, "price_per_hour": 2.0,
+                          "engine": {"iteration": IT, "kv_capacity_tokens": kv}},  # fmt: skip
+        },
+    }
+
+
+def summary(d: dict) -> dict:
+    return run_scenario(scenario_from_dict(d)).summary.iloc[0].to_dict()
+
+
+def test_more_engines_never_slower_and_cost_follows_the_engines():
+    rows = {e: summary(scenario(e)) for e in (1, 2, 4, 8)}
+    spans = [rows[e]["makespan_hours"] for e in (1, 2, 4, 8)]
+    assert all(b <= a * 1.001 for a, b in zip(spans, spans[1:])), spans
+    assert spans[0] > 1.5 * spans[-1]  # one engine is the bottleneck here
+    assert rows[1]["engine_busy_fraction"] > rows[8]["engine_busy_fraction"]
+    for e, r in rows.items():
+        assert r["gpu_hours"] == pytest.approx(e * r["makespan_hours"])
+        assert r["ttft_p50"] > 0 and r["tpot_p50"] >= IT["base"]
+
+
+def test_a_slow_substrate_shows_in_the_prefix_cache():
+    """With KV pressure, longer tool waits (a slow sandbox) lose more prefixes to eviction."""
+    fast, slow = scenario(2, kv=60_000), scenario(2, kv=60_000)
+    slow["substrates"][0]["exec_overhead"] = 3.0
+    a, b = summary(fast), summary(slow)
+    assert b["reprefilled_tokens"] > a["reprefilled_tokens"]
+    assert b["prefix_hit_rate"] < a["prefix_hit_rate"]
+
+
+def test_same_seed_same_numbers():
+    a, b = summary(scenario(2, kv=60_000)), summary(scenario(2, kv=60_000))
+    for k, v in a.items():
+        if isinstance(v, float) and not math.isnan(v):
+            assert b[k] == v, k
+
+
+def test_max_context_compacts_and_the_compacted_turn_is_prefilled_whole():
+    free, capped = summary(scenario(1)), summary(scenario(1, max_context=6000))
+    assert free["compactions"] == 0 and capped["compactions"] > 0
+    assert capped["completed"] == 48
+    # nothing cached serves a compacted context: it is prefilled whole, more than the appends
+    assert capped["prefill_tokens"] > free["prefill_tokens"]
+    assert capped["output_tokens"] == free["output_tokens"]
