@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -318,7 +319,9 @@ def _plan_training(
 
 @app.command()
 def probe(
-    backend: str = typer.Argument(..., help="process, docker, kubernetes, daytona, e2b, modal or ec2."),
+    backend: str = typer.Argument(
+        ..., help="process, docker, kubernetes, daytona, e2b, modal, ec2 or openai."
+    ),
     out: Path = typer.Option(None, "--out", "-o", help="JSONL file to append to."),
     sandboxes: int = typer.Option(
         0, help="Sandbox lifecycles per concurrency level (0: max(32, 2 x level), enough to fill it)."
@@ -331,9 +334,20 @@ def probe(
     gap: float = typer.Option(0.1, help="Seconds between starts in staggered mode."),
     image: str = typer.Option("simrollout-busybox:local", help="Image (or template, AMI)."),
     command: str = typer.Option("true", help="Command whose exec round trip is timed."),
+    base_url: str | None = typer.Option(None, help="openai: the server's URL (http://host:port/v1)."),
+    model: str = typer.Option("default", help="openai: the model name the server serves."),
+    prompts: str = typer.Option("128,1024", help="openai: prompt lengths in tokens."),
+    output_tokens: int = typer.Option(32, help="openai: output tokens per request."),
+    requests: int = typer.Option(
+        0, help="openai: requests per level and prompt length (0: max(8, 2 x level))."
+    ),
 ) -> None:
-    """Time create, exec, file transfer and teardown of real sandboxes; append JSONL records."""
+    """Time create, exec, file transfer and teardown of real sandboxes (or, with ``openai``, the
+    first token and the output tokens of an OpenAI-compatible server); append JSONL records."""
     import datetime as dt
+
+    if backend == "openai":
+        return _probe_openai(out, concurrency, base_url, model, prompts, output_tokens, requests)
 
     from .calibration.backends import get_backend
     from .calibration.probe import MODES, ProbePlan
@@ -381,6 +395,49 @@ def probe(
     typer.echo(f"run {run_id}: {sum(counts.values())} records {counts} appended to {out}")
 
 
+def _levels(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(c) for c in text.split(","))
+        assert values and all(c > 0 for c in values)
+    except (ValueError, AssertionError):
+        raise InputError(f"{option}: expected positive integers like 1,8,32, got '{text}'.") from None
+    return values
+
+
+def _probe_openai(out, concurrency, base_url, model, prompts, output_tokens, requests) -> None:
+    """``probe openai``: time an OpenAI-compatible server (simrollout.calibration.engine_probe)."""
+    import datetime as dt
+
+    from .calibration.engine_probe import EnginePlan, Server, probe_engine
+
+    if not base_url:
+        raise InputError("probe openai: give --base-url (e.g. http://127.0.0.1:8080/v1) and --model.")
+    levels = _levels(concurrency if concurrency != "1,2,4,8,16,32,64" else "1,2,4,8", "--concurrency")
+    lengths = _levels(prompts, "--prompts")
+    if output_tokens < 2 or requests < 0:
+        raise InputError(
+            f"--output-tokens must be >= 2 (time per output token needs two) and --requests >= 0, "
+            f"got {output_tokens} and {requests}."
+        )
+    out = out or Path("calibration/probes") / f"openai-{dt.date.today():%Y%m%d}.jsonl"
+    if out.is_dir():
+        raise InputError(f"-o {out}: is a directory; expected a JSONL file to append probe records to.")
+    plan = EnginePlan(levels=levels, prompts=lengths, output=output_tokens, requests=requests)
+    counts = {"ok": 0, "failed": 0}
+
+    def seen(rec) -> None:
+        counts["ok" if rec.ok else "failed"] += 1
+        if not rec.ok:
+            err.print(f"request failed (recorded): {rec.error}")
+
+    try:
+        run_id = probe_engine(Server(base_url, model), plan, out, on_record=seen)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        err.print(f"interrupted; kept {sum(counts.values())} records in {out}")
+        raise typer.Exit(getattr(exc, "code", 130)) from None
+    typer.echo(f"run {run_id}: {counts['ok']} requests timed, {counts['failed']} failed; appended to {out}")
+
+
 @app.command()
 def cleanup(
     backend: str = typer.Argument(..., help="process, docker or ec2."),
@@ -425,8 +482,11 @@ def calibrate(
     from_quantiles: Path | None = typer.Option(
         None, "--from-quantiles", help="Build from published percentiles (YAML spec) instead of probes."
     ),
+    kv_capacity: int | None = typer.Option(None, help="Engine records: KV-cache tokens per engine."),
+    max_running: int | None = typer.Option(None, help="Engine records: requests an engine runs at once."),
 ) -> None:
-    """Fit latency distributions to probe records and write a substrate profile."""
+    """Fit latency distributions to probe records and write a substrate profile (or, from
+    ``probe openai`` records, an engine profile)."""
     import warnings
 
     from .calibration.fit import calibrate as fit
@@ -448,9 +508,17 @@ def calibrate(
         raise InputError("calibrate: give probe record files, or --from-quantiles SPEC.")
     if criterion not in ("aic", "bic"):
         raise InputError(f"--criterion: expected aic or bic, got '{criterion}'.")
+    records = read_records(probes)
+    if records and all(r["phase"] == "generate" for r in records):
+        return _calibrate_engine(records, name, out, kv_capacity, max_running)
+    if any(r["phase"] == "generate" for r in records):
+        raise InputError(
+            f"{', '.join(map(str, probes))}: mixes engine records (phase 'generate') with sandbox "
+            "records; calibrate each kind from its own files."
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        profile, plots = fit(read_records(probes), name, criterion)
+        profile, plots = fit(records, name, criterion)
     for w in caught:
         err.print(f"warning: {w.message}")
     write_profile(profile, out)
@@ -473,9 +541,9 @@ def calibrate(
 def validate(
     profile: Path = typer.Option(..., help="Profile calibrated from a probe of the same engine."),
     backend: str = typer.Option("docker", help="Backend to run the real mini-rollout on."),
-    trajectories: int = typer.Option(64, help="Trajectories per concurrency level."),
-    steps: int = typer.Option(20, help="Commands per trajectory."),
-    concurrency: str = typer.Option("1,8,32", help="Comma-separated levels."),
+    trajectories: int = typer.Option(None, help="Trajectories per concurrency level (64; --engine: 16)."),
+    steps: int = typer.Option(None, help="Commands (--engine: turns) per trajectory (20; --engine: 6)."),
+    concurrency: str = typer.Option(None, help="Comma-separated levels (1,8,32; --engine: 1,4,8)."),
     tool_median: float = typer.Option(0.05, help="Median of the lognormal command duration, s."),
     tool_p99: float = typer.Option(0.5, help="p99 of the lognormal command duration, s."),
     held_out: bool = typer.Option(
@@ -487,6 +555,14 @@ def validate(
     image: str = typer.Option("simrollout-busybox:local", help="Image."),
     seed: int = typer.Option(0, help="Seed of the drawn command durations."),
     record: Path | None = typer.Option(None, help="Folder to record inputs, measurements and comparison."),
+    engine: bool = typer.Option(
+        False,
+        "--engine",
+        help="Validate an engine profile (--profile) against a real OpenAI-compatible "
+        "server (--base-url, --model) with a multi-turn agent loop.",
+    ),  # fmt: skip
+    base_url: str | None = typer.Option(None, help="--engine: the server's URL."),
+    model: str = typer.Option("default", help="--engine: the model name."),
 ) -> None:
     """Run a real mini-rollout, simulate the same, and print the difference per metric and target.
     Exit code 1 when a target is missed."""
@@ -496,6 +572,9 @@ def validate(
     from .calibration.validate import HELD_OUT, compare, mini_rollout_scenario, real_rollout
     from .calibration.validate import record as keep
 
+    trajectories = trajectories if trajectories is not None else (16 if engine else 64)
+    steps = steps if steps is not None else (6 if engine else 20)
+    concurrency = concurrency or ("1,4,8" if engine else "1,8,32")
     try:
         levels = [int(c) for c in concurrency.split(",")]
         assert all(c > 0 for c in levels) and trajectories > 0 and steps > 0
@@ -507,6 +586,8 @@ def validate(
     if not profile.is_file():
         raise InputError(f"--profile {profile}: file not found; calibrate one with 'simrollout calibrate'.")
     tool = {"kind": "lognormal", "median": tool_median, "p99": tool_p99}
+    if engine:
+        return _validate_engine(profile, base_url, model, trajectories, steps, levels, tool, seed, record)
     llm, rate = 0, None
     if held_out:
         levels, tool, llm, rate = (
@@ -536,6 +617,50 @@ def validate(
     if record is not None:
         with atomic_folder(record) as tmp:
             keep(tmp, scn, real, table, be)
+        typer.echo(f"recorded in {record}/")
+    if missed:
+        err.print(f"{missed} target(s) missed")
+        raise typer.Exit(1)
+
+
+def _validate_engine(profile, base_url, model, trajectories, steps, levels, tool, seed, record) -> None:
+    """``validate --engine``: the agent loop on a real server vs its simulation."""
+    import json
+
+    from rich.table import Table
+
+    from .calibration.engine_probe import Server
+    from .calibration.validate_engine import agent_scenario, compare_engine, real_agent_loop
+
+    if not base_url:
+        raise InputError("validate --engine: give --base-url of the server and --profile of its engine.")
+    scn = agent_scenario(
+        profile, trajectories, steps, levels, prompt=256, appended=64, output=32, tool=tool, seed=seed
+    )
+    real = real_agent_loop(Server(base_url, model), scn, seed)
+    table = compare_engine(real, scn)
+    t = Table(title=f"validate --engine: {trajectories} x {steps} turns on {base_url}")
+    for col in ("concurrency", "metric", "real", "simulated", "diff %", "target"):
+        t.add_column(col, justify="right")
+    missed = 0
+    for _, r in table.iterrows():
+        ok = abs(r.diff_pct) <= r.target_pct
+        missed += not ok
+        t.add_row(str(r.concurrency), r.metric, f"{r.real:.3f}", f"{r.simulated:.3f}", f"{r.diff_pct:+.1f}",
+                  f"{'ok' if ok else 'MISSED'} ±{r.target_pct:.0f}%")  # fmt: skip
+    Console().print(t)
+    if record is not None:
+        import yaml
+
+        with atomic_folder(record) as tmp:
+            data = scn.model_dump(mode="json", by_alias=True, exclude_none=True)
+            data["cluster"]["inference"].pop("engine", None)
+            data["cluster"]["inference"]["profile"] = str(profile)
+            (tmp / "scenario.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+            real.to_csv(tmp / "real.csv", index=False)
+            table.to_csv(tmp / "comparison.csv", index=False)
+            server = Server(base_url, model).info()
+            (tmp / "machine.json").write_text(json.dumps({"cpus": os.cpu_count(), **server}, indent=2))
         typer.echo(f"recorded in {record}/")
     if missed:
         err.print(f"{missed} target(s) missed")
@@ -583,3 +708,25 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _calibrate_engine(records, name, out, kv_capacity, max_running) -> None:
+    from .calibration.engine_fit import engine_profile
+    from .calibration.fit import write_profile
+
+    for opt, v in (("--kv-capacity", kv_capacity), ("--max-running", max_running)):
+        if v is not None and v < 1:
+            raise InputError(f"{opt}: expected a positive count, got {v}.")
+    profile = engine_profile(records, name, kv_capacity, max_running)
+    write_profile(profile, out)
+    it = profile["engine"]["iteration"]
+    typer.echo(
+        f"engine: iteration {it['base'] * 1e3:.2f} ms + {it['per_prefill_token'] * 1e6:.2f} us/prefill "
+        f"token + {it['per_decode'] * 1e3:.3f} ms/decode + {it['per_context_token'] * 1e9:.2f} ns/context "
+        f"token; KV {profile['engine']['kv_capacity_tokens']:,} tokens"
+    )
+    for key, row in profile["fit"].items():
+        if "tpot_rel_error" in row:
+            ttft = f"  TTFT {row['ttft_rel_error']:+.1%}" if "ttft_rel_error" in row else ""
+            typer.echo(f"  {key:12s} n={row['n']:<3d} TPOT {row['tpot_rel_error']:+.1%}{ttft}")
+    typer.echo(f"wrote {out}")

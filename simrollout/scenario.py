@@ -220,6 +220,7 @@ class Engine(_Model):
     max_batch_tokens: PositiveInt = 8192  # prefill + decode tokens per iteration
     max_running: PositiveInt = 256
     gpus: PositiveInt = 1  # GPUs per engine (tensor parallel), for GPU-hours
+    overhead: NonNegativeFloat = 0.0  # s per request outside the iterations (HTTP, tokenizer)
 
 
 class Inference(_Model):
@@ -419,12 +420,14 @@ class Scenario(_Model):
         top = tok.max_context
         if top is None:
             top = float(tok.prompt.ppf(0.99)) + float(self.workload.steps.ppf(0.99)) * (
-                float(tok.appended.mean()) + float(tok.output.mean()))
+                float(tok.appended.mean()) + float(tok.output.mean())
+            )
         if top + out > kv:
             raise ValueError(
                 f"the KV cache of one engine ({kv:,} tokens) is smaller than one request's context "
                 f"(about {top + out:,.0f} tokens at the 99th percentile"
-                + ("" if tok.max_context else ", as the context grows over the turns") + "); raise "
+                + ("" if tok.max_context else ", as the context grows over the turns")
+                + "); raise "
                 "engine.kv_capacity_tokens (more GPUs per engine) or set workload.tokens.max_context"
             )
         return self

@@ -228,9 +228,10 @@ def read_records(paths: list[Path]) -> list[dict]:
                     f"{path}: line {n}: probe record lacks field(s) {sorted(missing)}; expected the "
                     "fields written by 'simrollout probe'."
                 )
-            if rec["phase"] not in PHASES:
+            if rec["phase"] not in PHASES + ("generate",):
                 raise InputError(
-                    f"{path}: line {n}: field 'phase' is {rec['phase']!r}; expected one of {list(PHASES)}."
+                    f"{path}: line {n}: field 'phase' is {rec['phase']!r}; expected one of "
+                    f"{list(PHASES) + ['generate']}."
                 )
             lat = rec["latency"]
             if lat is not None and (isinstance(lat, bool) or not isinstance(lat, int | float)):

@@ -31,8 +31,8 @@ from ..workload import (
 )
 from .fleet import Fleet
 from .inference import InferenceTier, expected_busy_engines
-from .serving import ServingTier
 from .records import CANCELLED, FAILED, OK, STATUS, TIMEOUT, Records
+from .serving import ServingTier
 
 _AT_RISK = 1.25  # a body whose estimated end times this passes its deadline runs exact steps
 _JSQ = 0.5  # a request joins the least-loaded engine: about half a request below the mean
@@ -99,6 +99,7 @@ class Cell:
         )  # fmt: skip
         tokens = scn.workload.tokens is not None
         self._kv = inf.engine.kv_capacity_tokens if tokens else 0
+        self._overhead = inf.engine.overhead if tokens else 0.0
         self.tier = ServingTier(self.env, inf) if tokens else InferenceTier(self.env, inf)
         self.acc = Accumulator()
         self.sink, self.keep, self.kept = sink, keep, []
@@ -594,10 +595,12 @@ class Cell:
             t0 = env.now
             if tokens:
                 ctx, fresh, reusable, out = self._turn(ctx, w, i, s, x)
-                req = tier.request(i, ctx, out, reusable, fresh)
-                ok = yield from self._await(req.done, deadline)
-                if not ok:
-                    tier.cancel(req)
+                ok = yield from self._until(self._overhead, deadline)
+                if ok:
+                    req = tier.request(i, ctx, out, reusable, fresh)
+                    ok = yield from self._await(req.done, deadline)
+                    if not ok:
+                        tier.cancel(req)
                 ctx += out
             else:
                 engine, dur = tier.duration(float(w.step_llm[s]) * x)

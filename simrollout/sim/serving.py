@@ -46,7 +46,9 @@ class Request:
     __slots__ = ("traj", "arrival", "context", "output", "fresh", "reusable", "reuse", "prefill_left",
                  "decode_left", "ctx", "admitted", "first", "end", "done", "engine", "blocked")  # fmt: skip
 
-    def __init__(self, env: simpy.Environment, traj: int, context: int, output: int, reusable: int, fresh: bool):
+    def __init__(
+        self, env: simpy.Environment, traj: int, context: int, output: int, reusable: int, fresh: bool
+    ):
         self.traj, self.context, self.output = traj, context, output
         self.reusable, self.fresh = reusable, fresh  # tokens a cached prefix could serve
         self.arrival = env.now
@@ -60,7 +62,9 @@ class Request:
 class ServingEngine:
     """One engine: a SimPy process that runs iterations while it has requests (see module)."""
 
-    def __init__(self, env: simpy.Environment, spec: Engine, prefix_cache: bool, tier: ServingTier, index: int):
+    def __init__(
+        self, env: simpy.Environment, spec: Engine, prefix_cache: bool, tier: ServingTier, index: int
+    ):
         self.env, self.spec, self.tier, self.index = env, spec, tier, index
         self.it = spec.iteration
         self.prefix_cache = prefix_cache
@@ -203,17 +207,13 @@ class ServingEngine:
             # decode only: k iterations until the first decode completes, in closed form
             k = min(r.decode_left for r in decodes)
             t0, slope = it(0, d, ctx), it.per_context_token * d
-
-            def total(m: int) -> float:
-                return m * t0 + slope * m * (m - 1) / 2
-
             start = env.now
             self._wake = env.event()
-            yield env.timeout(total(k)) | self._wake
+            yield env.timeout(_run_time(k, t0, slope)) | self._wake
             done = k
-            if env.now < start + total(k):  # a request arrived: stop at the next iteration boundary
+            if env.now < start + _run_time(k, t0, slope):  # a request came: stop at the next boundary
                 done = min(_iterations_by(env.now - start, t0, slope) + 1, k)
-                yield env.timeout(max(start + total(done) - env.now, 0.0))
+                yield env.timeout(max(start + _run_time(done, t0, slope) - env.now, 0.0))
             self._step(decodes, done, env.now - start)
 
     def _step(self, decodes: list[Request], n: int, seconds: float) -> None:
@@ -229,11 +229,16 @@ class ServingEngine:
                 self._finish(r)
 
 
+def _run_time(m: int, t0: float, slope: float) -> float:
+    """Seconds of ``m`` decode iterations, the first lasting ``t0``, each next ``slope`` longer."""
+    return m * t0 + slope * m * (m - 1) / 2
+
+
 def _iterations_by(elapsed: float, t0: float, slope: float) -> int:
     """Whole iterations completed ``elapsed`` seconds into a run of them (``m t0 + slope m(m-1)/2``)."""
     a, b = slope / 2, t0 - slope / 2
     m = int(elapsed / t0) if a <= 0 else int((-b + math.sqrt(b * b + 4 * a * elapsed)) / (2 * a))
-    while m > 0 and m * t0 + slope * m * (m - 1) / 2 > elapsed:
+    while m > 0 and _run_time(m, t0, slope) > elapsed:
         m -= 1
     return m
 
@@ -243,7 +248,9 @@ class ServingTier:
 
     def __init__(self, env: simpy.Environment, spec: Inference):
         self.env, self.spec = env, spec
-        self.engines = [ServingEngine(env, spec.engine, spec.prefix_cache, self, k) for k in range(spec.engines)]
+        self.engines = [
+            ServingEngine(env, spec.engine, spec.prefix_cache, self, k) for k in range(spec.engines)
+        ]
         self.sticky = spec.routing == "sticky"
         self.trace: list | None = None  # (time, engine, requests on it) when a timeline is asked for
         self.requests = self.queued = self.evicted = self.compacted = 0
@@ -252,8 +259,11 @@ class ServingTier:
         self.ttft: list[float] = []
         self.tpot: list[float] = []
         self.kv_wait: list[float] = []
+        self.latency: list[float] = []  # request to last token, with the per-request overhead
 
-    def request(self, traj: int, context: int, output: int, reusable: int = 0, fresh: bool = False) -> Request:
+    def request(
+        self, traj: int, context: int, output: int, reusable: int = 0, fresh: bool = False
+    ) -> Request:
         """Send a turn to an engine; ``req.done`` fires when its last token is out. ``reusable``:
         tokens of the context a cached prefix from the trajectory's previous turn could serve."""
         req = Request(self.env, traj, context, output, reusable, fresh)
@@ -285,7 +295,8 @@ class ServingTier:
 
     def finished(self, req: Request) -> None:
         self.decode_tokens += req.output - 1
-        self.ttft.append(req.first - req.arrival)
+        self.latency.append(req.end - req.arrival + self.spec.engine.overhead)
+        self.ttft.append(req.first - req.arrival + self.spec.engine.overhead)
         if req.output > 1:
             self.tpot.append((req.end - req.first) / (req.output - 1))
 
@@ -307,7 +318,9 @@ class ServingTier:
 
         return {
             "engine_busy_fraction": busy / (len(engines) * makespan) if makespan else nan,
-            "engine_tokens_per_busy_second": (self.prefill_tokens + self.decode_tokens) / busy if busy else nan,
+            "engine_tokens_per_busy_second": (self.prefill_tokens + self.decode_tokens) / busy
+            if busy
+            else nan,
             "llm_requests": self.requests,
             "kv_queued_fraction": self.queued / self.requests if self.requests else nan,
             "admission_wait_p50": pct(self.kv_wait, 50),
@@ -319,9 +332,14 @@ class ServingTier:
             "prefix_evictions": self.evicted,
             "compactions": self.compacted,
             "reprefilled_tokens": self.reprefilled_tokens,
-            "reprefill_gpu_hours": self.reprefilled_tokens * spec.iteration.per_prefill_token * spec.gpus / 3600,
+            "reprefill_gpu_hours": self.reprefilled_tokens
+            * spec.iteration.per_prefill_token
+            * spec.gpus
+            / 3600,
             "prefill_tokens": self.prefill_tokens,
             "output_tokens": self.decode_tokens + self.requests,
+            "llm_request_p50": pct(self.latency, 50),
+            "llm_request_p99": pct(self.latency, 99),
             "ttft_p50": pct(self.ttft, 50),
             "ttft_p99": pct(self.ttft, 99),
             "tpot_p50": pct(self.tpot, 50),

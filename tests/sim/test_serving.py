@@ -47,9 +47,12 @@ def reference(requests, it=IT, batch=512, kv=1_000_000):
             budget -= take
             p += take
             r["fresh"] = r["pre"] == 0
-        t += it["base"] + it["per_prefill_token"] * p + it["per_decode"] * len(dec) + it[
-            "per_context_token"
-        ] * sum(r["ctx"] for r in dec)
+        t += (
+            it["base"]
+            + it["per_prefill_token"] * p
+            + it["per_decode"] * len(dec)
+            + it["per_context_token"] * sum(r["ctx"] for r in dec)
+        )
         for r in dec:
             r["left"] -= 1
             r["ctx"] += 1
@@ -93,7 +96,9 @@ def test_closed_form_batches_equal_the_iteration_by_iteration_reference(seed):
     rng = np.random.default_rng(seed)
     n = 40
     arrivals = np.cumsum(rng.exponential(0.05, n))
-    reqs = [(float(a), k, int(rng.integers(10, 3000)), int(rng.integers(1, 200))) for k, a in enumerate(arrivals)]
+    reqs = [
+        (float(a), k, int(rng.integers(10, 3000)), int(rng.integers(1, 200))) for k, a in enumerate(arrivals)
+    ]
     kv = None if seed % 2 else 12_000  # every other seed: KV capacity binds and requests queue
     kw = {"kv": kv} if kv else {}
     got, tr = simulate(reqs, **kw)
@@ -180,15 +185,22 @@ def scenario(engines: int, kv: int = 400_000, concurrency: int = 32, **tokens) -
         "workload": {
             "trajectories": 48,
             "steps": 8,
-            "tokens": {"prompt": 3000, "appended": {"kind": "lognormal", "median": 800, "p99": 8000},
-                       "output": {"kind": "lognormal", "median": 200, "p99": 2000}, **tokens},  # fmt: skip
+            "tokens": {
+                "prompt": 3000,
+                "appended": {"kind": "lognormal", "median": 800, "p99": 8000},
+                "output": {"kind": "lognormal", "median": 200, "p99": 2000},
+                **tokens,
+            },  # fmt: skip
             "tools": {"t": {"weight": 1, "latency": {"kind": "lognormal", "median": 0.5, "p99": 20}}},
         },
         "substrates": [{"name": "s", "cold_start": 1.0, "exec_overhead": 0.05, "teardown": 0.2}],
         "cluster": {
             "concurrency": concurrency,
-            "inference": {"engines": engines, "price_per_hour": 2.0,
-                          "engine": {"iteration": IT, "kv_capacity_tokens": kv}},  # fmt: skip
+            "inference": {
+                "engines": engines,
+                "price_per_hour": 2.0,
+                "engine": {"iteration": IT, "kv_capacity_tokens": kv},
+            },  # fmt: skip
         },
     }
 

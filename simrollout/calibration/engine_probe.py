@@ -1,0 +1,229 @@
+"""Time a real OpenAI-compatible serving engine (vLLM, SGLang, llama.cpp's server) in tokens.
+
+Each request streams ``/v1/completions`` with a prompt of a controlled length and a fixed number
+of output tokens (``ignore_eos``); its record holds the time to first token, the time per output
+token after it, and the token counts the server reports. Requests run at several concurrency
+levels, with two prompt lengths, plus pairs sharing a long prefix (the second one's first token
+shows the prefix cache). Records are appended to the same JSONL as the sandbox probes and flushed
+as they come; a request the server fails is recorded with its error, and the probe goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from ..errors import InputError
+from .probe import RecordWriter
+
+
+@dataclass
+class EngineRecord:
+    run_id: str
+    backend: str  # "openai"
+    backend_version: str  # what the server says it is
+    engine_version: str
+    host: str  # the server's address
+    image: str  # the model
+    phase: str  # "generate"
+    start: float  # unix time, s
+    latency: float  # request to last token, s
+    concurrency: int
+    mode: str  # "plain" or "shared_prefix"
+    ok: bool
+    error: str | None
+    sandbox: int  # request index within the level
+    command: str | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None  # prompt tokens the server served from its cache, if it says
+    ttft: float | None = None  # s
+    tpot: float | None = None  # s per output token after the first
+    slots: int | None = None  # requests the server runs at once, if it says (llama.cpp /props)
+    slot_context: int | None = None  # tokens of KV cache per slot, if it says
+
+
+@dataclass
+class EnginePlan:
+    levels: tuple[int, ...] = (1, 2, 4, 8)
+    prompts: tuple[int, ...] = (128, 1024)  # prompt lengths, tokens (bytes for a byte-level vocabulary)
+    output: int = 32
+    requests: int = 0  # per level and prompt length; 0: max(8, 2 x level)
+    shared_prefix: int = 1024  # tokens of the prefix shared by the pairs (0: no pairs)
+    pairs: int = 4
+    timeout: float = 300.0
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def count(self, level: int) -> int:
+        return self.requests or max(8, 2 * level)
+
+
+class Server:
+    """An OpenAI-compatible endpoint: ``/v1/completions`` streamed, and what it says about itself."""
+
+    def __init__(self, base_url: str, model: str, timeout: float = 300.0):
+        import httpx
+
+        self.base_url = base_url.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.model = model
+        self.client = httpx.Client(timeout=timeout)
+
+    def info(self) -> dict:
+        """Server properties where the server exposes them (llama.cpp: ``/props``)."""
+        root = self.base_url[: -len("/v1")]
+        out = {"backend_version": "", "engine_version": ""}
+        try:
+            r = self.client.get(f"{root}/props", timeout=5)
+            if r.status_code == 200:
+                p = r.json()
+                out["engine_version"] = str(p.get("build_info", ""))
+                out["slots"] = p.get("total_slots")
+                gen = p.get("default_generation_settings") or {}
+                out["slot_context"] = gen.get("n_ctx")
+        except Exception:  # not llama.cpp: nothing more to read
+            pass
+        return out
+
+    def check(self) -> None:
+        """Refuse an unreachable URL before anything is written."""
+        import httpx
+
+        try:
+            r = self.client.get(f"{self.base_url}/models", timeout=10)
+        except httpx.HTTPError as exc:
+            raise InputError(
+                f"--base-url {self.base_url}: no OpenAI-compatible server answers there "
+                f"({type(exc).__name__}: {exc}); start the server (e.g. llama-server, vllm serve) "
+                "or fix the URL. Nothing was written."
+            ) from None
+        if r.status_code >= 400:
+            raise InputError(
+                f"--base-url {self.base_url}: GET /models answered HTTP {r.status_code}; expected an "
+                "OpenAI-compatible server. Nothing was written."
+            )
+
+    def complete(self, prompt: str, output: int, extra: dict) -> dict:
+        """Stream one completion; returns ttft, end, token counts (server-reported where given)."""
+        body = {"model": self.model, "prompt": prompt, "max_tokens": output, "temperature": 0.0,
+                "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True},
+                "cache_prompt": True, **extra}  # fmt: skip
+        t0 = time.perf_counter()
+        first = None
+        chunks, usage, timings, pieces = 0, None, None, []
+        with self.client.stream("POST", f"{self.base_url}/completions", json=body) as r:
+            if r.status_code >= 400:
+                r.read()
+                raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+            for line in r.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                msg = json.loads(data)
+                if "error" in msg:
+                    raise RuntimeError(str(msg["error"])[:200])
+                if msg.get("usage"):
+                    usage = msg["usage"]
+                if msg.get("timings"):
+                    timings = msg["timings"]
+                for ch in msg.get("choices") or []:
+                    if ch.get("text"):
+                        chunks += 1
+                        pieces.append(ch["text"])
+                        if first is None:
+                            first = time.perf_counter()
+        end = time.perf_counter()
+        out_tokens = (usage or {}).get("completion_tokens") or (timings or {}).get("predicted_n") or chunks
+        prompt_tokens = (usage or {}).get("prompt_tokens") or (timings or {}).get("prompt_n")
+        cached = ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
+        if cached is None and timings and "cache_n" in timings:
+            cached = timings["cache_n"]
+        if first is None:
+            first = end
+        return {"ttft": first - t0, "end": end - t0, "output_tokens": int(out_tokens),
+                "text": "".join(pieces),
+                "prompt_tokens": None if prompt_tokens is None else int(prompt_tokens),
+                "cached_tokens": None if cached is None else int(cached)}  # fmt: skip
+
+
+def text(tokens: int, rng: random.Random) -> str:
+    """About ``tokens`` tokens of text: one per byte for a byte-level vocabulary, fewer for BPE."""
+    return "".join(rng.choice(string.ascii_lowercase + " ") for _ in range(tokens))
+
+
+def probe_engine(
+    server: Server,
+    plan: EnginePlan,
+    out: Path,
+    on_record: Callable[[EngineRecord], None] | None = None,
+) -> str:
+    """Run the plan against ``server``; returns the run id."""
+    server.check()
+    run_id = uuid.uuid4().hex[:12]
+    info = server.info()
+    rng = random.Random(plan.seed)
+    base = dict(run_id=run_id, backend="openai", backend_version=info.get("backend_version", ""),
+                engine_version=info.get("engine_version", ""), host=urlparse(server.base_url).netloc,
+                image=server.model, phase="generate", slots=info.get("slots"),
+                slot_context=info.get("slot_context"))  # fmt: skip
+    writer = RecordWriter(out)
+    stop = threading.Event()
+
+    def one(level: int, idx: int, prompt: str, mode: str) -> None:
+        if stop.is_set():
+            return
+        t0 = time.time()
+        try:
+            res, err = server.complete(prompt, plan.output, plan.extra), None
+        except Exception as exc:  # recorded, never lost
+            res, err = {}, exc
+        rec = EngineRecord(
+            **base, start=t0, latency=res.get("end", time.time() - t0), concurrency=level, mode=mode,
+            ok=err is None, error=None if err is None else f"{type(err).__name__}: {err}"[:300],
+            sandbox=idx, prompt_tokens=res.get("prompt_tokens") or (len(prompt) if err is None else None),
+            output_tokens=res.get("output_tokens"), cached_tokens=res.get("cached_tokens"),
+            ttft=res.get("ttft"),
+            tpot=(res["end"] - res["ttft"]) / (res["output_tokens"] - 1)
+            if res and res["output_tokens"] > 1 else None,
+        )  # fmt: skip
+        writer.write(rec)
+        if on_record:
+            on_record(rec)
+
+    try:
+        for level in plan.levels:
+            jobs = [(p, i) for i in range(plan.count(level)) for p in plan.prompts]
+            rng.shuffle(jobs)
+            prompts = [(text(p, rng), i) for p, i in jobs]
+            with ThreadPoolExecutor(level) as pool:
+                futures = [
+                    pool.submit(one, level, k, prompt, "plain") for k, (prompt, _) in enumerate(prompts)
+                ]
+                try:
+                    for f in futures:
+                        f.result()
+                except BaseException:
+                    stop.set()
+                    raise
+        if plan.shared_prefix:  # pairs, one after the other: the second finds the prefix cached
+            for k in range(plan.pairs):
+                prefix = text(plan.shared_prefix, rng)
+                for j in range(2):
+                    one(1, 2 * k + j, prefix + text(32, rng), "shared_prefix")
+    finally:
+        stop.set()
+        writer.close()
+    return run_id

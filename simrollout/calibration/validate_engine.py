@@ -1,0 +1,130 @@
+"""The serving-engine model against a real engine: a multi-turn agent loop on an OpenAI-compatible
+server vs the simulation of the same inputs with an engine profile fitted from a separate probe.
+
+Each real trajectory sends a prompt, then for each turn streams a completion of ``output`` tokens,
+appends the completion and ``appended`` new tokens to its context (a growing context: the server's
+prefix cache serves what it still holds), and waits a tool call (a client-side sleep drawn from the
+scenario, the same draws the simulation uses). Trajectories run at each concurrency level. The
+simulation runs the same scenario on a substrate that costs nothing (the tool wait is the client's).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..scenario import Scenario, scenario_from_dict
+from ..workload import draw_work
+from .engine_probe import Server, text
+
+TARGETS = {"request_p50": 10, "request_p99": 10, "makespan": 10}
+
+
+def agent_scenario(
+    profile: Path,
+    trajectories: int,
+    steps: int,
+    levels: list[int],
+    prompt: int,
+    appended: int,
+    output: int,
+    tool: dict,
+    seed: int = 0,
+) -> Scenario:
+    data = {
+        "version": 1,
+        "name": "validate-engine",
+        "seed": seed,
+        "workload": {
+            "trajectories": trajectories,
+            "steps": steps,
+            "tokens": {"prompt": prompt, "appended": appended, "output": output},
+            "tools": {"wait": {"weight": 1, "latency": tool}},
+        },
+        "substrates": [{"name": "client", "cold_start": 0, "exec_overhead": 0, "teardown": 0}],
+        "cluster": {"concurrency": levels, "inference": {"engines": 1, "profile": str(profile.resolve())}},
+    }
+    return scenario_from_dict(data, Path.cwd() / "validate-engine.yaml")
+
+
+def real_agent_loop(server: Server, scn: Scenario, seed: int = 0) -> pd.DataFrame:
+    """Run the scenario's trajectories against the server: one row per request."""
+    server.check()
+    work = draw_work(scn, 0, detail=True)
+    tok = scn.workload.tokens
+    rows: list[dict] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    for level in scn.cluster.levels:
+        t_origin = time.perf_counter()
+
+        def one(i: int, level=level, t_origin=t_origin) -> None:
+            rng = random.Random(f"{seed}-{level}-{i}")
+            context = text(int(work.prompt[i]), rng)
+            call = int(work.call_off[i])
+            for s in range(int(work.step_off[i]), int(work.step_off[i + 1])):
+                if stop.is_set():
+                    return
+                if s > int(work.step_off[i]):
+                    context += text(int(work.step_append[s]), rng)
+                t0 = time.perf_counter() - t_origin
+                res = server.complete(context, int(work.step_output[s]), {})
+                context += res.get("text", "")
+                with lock:
+                    rows.append({"concurrency": level, "trajectory": i, "step": s, "start": t0,
+                                 "latency": res["end"], "ttft": res["ttft"],
+                                 "prompt_tokens": res["prompt_tokens"], "cached_tokens": res["cached_tokens"],
+                                 "output_tokens": res["output_tokens"]})  # fmt: skip
+                for _ in range(int(work.step_calls[s])):
+                    time.sleep(float(work.call_tool[call]))
+                    call += 1
+            with lock:
+                rows.append({"concurrency": level, "trajectory": i, "step": -1,
+                             "start": time.perf_counter() - t_origin, "latency": 0.0})  # fmt: skip
+
+        pool = ThreadPoolExecutor(level)
+        try:
+            list(pool.map(one, range(work.n)))
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    del tok
+    return pd.DataFrame(rows)
+
+
+def _metrics(requests: np.ndarray, makespan: float) -> dict[str, float]:
+    return {
+        "request_p50": float(np.percentile(requests, 50)),
+        "request_p99": float(np.percentile(requests, 99)),
+        "makespan": makespan,
+    }
+
+
+def compare_engine(real: pd.DataFrame, scn: Scenario) -> pd.DataFrame:
+    """Per level: the real and simulated request latency p50/p99 and makespan."""
+    from ..executors import run_scenario
+
+    res = run_scenario(scn)
+    out = []
+    for level in scn.cluster.levels:
+        r = real[real.concurrency == level]
+        reqs = r[r.step >= 0]
+        ends = r[r.step < 0].start
+        got = _metrics(reqs.latency.to_numpy(), float(ends.max()))
+        row = res.summary[res.summary.concurrency == level].iloc[0]
+        sim = {"request_p50": row.llm_request_p50, "request_p99": row.llm_request_p99,
+               "makespan": row.makespan_hours * 3600}  # fmt: skip
+        for m, a in got.items():
+            b = float(sim[m])
+            diff = 100 * (b - a) / a if a else float("nan")
+            out.append({"concurrency": level, "metric": m, "real": a, "simulated": b, "diff_pct": diff,
+                        "target_pct": TARGETS[m]})  # fmt: skip
+    return pd.DataFrame(out)
