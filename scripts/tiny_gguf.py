@@ -61,11 +61,23 @@ def write(
     w.close()
 
 
+def ascii_only_bias() -> dict[str, int]:
+    """A ``logit_bias`` that keeps the model's output to ASCII bytes (no control tokens), so every
+    token streams as it comes (a server holds back the bytes of an incomplete UTF-8 sequence)."""
+    return {str(t): -100 for t in [0, 1, 2] + [3 + b for b in range(128, 256)]}
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("path")
+    ap.add_argument("path", nargs="?")
+    ap.add_argument("--bias", action="store_true", help="print the ASCII-only logit_bias as JSON")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--ffn", type=int, default=2816)
     a = ap.parse_args()
-    write(a.path, a.layers, a.width, a.ffn)
+    if a.bias:
+        import json
+
+        print(json.dumps({"logit_bias": ascii_only_bias()}))
+    else:
+        write(a.path, a.layers, a.width, a.ffn)

@@ -341,13 +341,16 @@ def probe(
     requests: int = typer.Option(
         0, help="openai: requests per level and prompt length (0: max(8, 2 x level))."
     ),
+    request_extra: str = typer.Option("{}", help="openai: extra request fields as JSON (e.g. logit_bias)."),
 ) -> None:
     """Time create, exec, file transfer and teardown of real sandboxes (or, with ``openai``, the
     first token and the output tokens of an OpenAI-compatible server); append JSONL records."""
     import datetime as dt
 
     if backend == "openai":
-        return _probe_openai(out, concurrency, base_url, model, prompts, output_tokens, requests)
+        return _probe_openai(
+            out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra
+        )
 
     from .calibration.backends import get_backend
     from .calibration.probe import MODES, ProbePlan
@@ -404,7 +407,18 @@ def _levels(text: str, option: str) -> tuple[int, ...]:
     return values
 
 
-def _probe_openai(out, concurrency, base_url, model, prompts, output_tokens, requests) -> None:
+def _json_option(text: str, option: str) -> dict:
+    import json
+
+    try:
+        value = json.loads(text)
+        assert isinstance(value, dict)
+    except (ValueError, AssertionError):
+        raise InputError(f"{option}: expected a JSON object of request fields, got {text!r}.") from None
+    return value
+
+
+def _probe_openai(out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra) -> None:
     """``probe openai``: time an OpenAI-compatible server (simrollout.calibration.engine_probe)."""
     import datetime as dt
 
@@ -422,7 +436,8 @@ def _probe_openai(out, concurrency, base_url, model, prompts, output_tokens, req
     out = out or Path("calibration/probes") / f"openai-{dt.date.today():%Y%m%d}.jsonl"
     if out.is_dir():
         raise InputError(f"-o {out}: is a directory; expected a JSONL file to append probe records to.")
-    plan = EnginePlan(levels=levels, prompts=lengths, output=output_tokens, requests=requests)
+    extra = _json_option(request_extra, "--request-extra")
+    plan = EnginePlan(levels=levels, prompts=lengths, output=output_tokens, requests=requests, extra=extra)
     counts = {"ok": 0, "failed": 0}
 
     def seen(rec) -> None:
@@ -563,6 +578,7 @@ def validate(
     ),  # fmt: skip
     base_url: str | None = typer.Option(None, help="--engine: the server's URL."),
     model: str = typer.Option("default", help="--engine: the model name."),
+    request_extra: str = typer.Option("{}", help="--engine: extra request fields as JSON."),
 ) -> None:
     """Run a real mini-rollout, simulate the same, and print the difference per metric and target.
     Exit code 1 when a target is missed."""
@@ -587,7 +603,10 @@ def validate(
         raise InputError(f"--profile {profile}: file not found; calibrate one with 'simrollout calibrate'.")
     tool = {"kind": "lognormal", "median": tool_median, "p99": tool_p99}
     if engine:
-        return _validate_engine(profile, base_url, model, trajectories, steps, levels, tool, seed, record)
+        extra = _json_option(request_extra, "--request-extra")
+        return _validate_engine(
+            profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra
+        )
     llm, rate = 0, None
     if held_out:
         levels, tool, llm, rate = (
@@ -623,7 +642,9 @@ def validate(
         raise typer.Exit(1)
 
 
-def _validate_engine(profile, base_url, model, trajectories, steps, levels, tool, seed, record) -> None:
+def _validate_engine(
+    profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra
+) -> None:
     """``validate --engine``: the agent loop on a real server vs its simulation."""
     import json
 
@@ -637,7 +658,7 @@ def _validate_engine(profile, base_url, model, trajectories, steps, levels, tool
     scn = agent_scenario(
         profile, trajectories, steps, levels, prompt=256, appended=64, output=32, tool=tool, seed=seed
     )
-    real = real_agent_loop(Server(base_url, model), scn, seed)
+    real = real_agent_loop(Server(base_url, model), scn, seed, extra)
     table = compare_engine(real, scn)
     t = Table(title=f"validate --engine: {trajectories} x {steps} turns on {base_url}")
     for col in ("concurrency", "metric", "real", "simulated", "diff %", "target"):
@@ -681,6 +702,28 @@ def _interrupt(signum, frame):
     raise Interrupted(143 if signum == signal.SIGTERM else 130)
 
 
+def _calibrate_engine(records, name, out, kv_capacity, max_running) -> None:
+    from .calibration.engine_fit import engine_profile
+    from .calibration.fit import write_profile
+
+    for opt, v in (("--kv-capacity", kv_capacity), ("--max-running", max_running)):
+        if v is not None and v < 1:
+            raise InputError(f"{opt}: expected a positive count, got {v}.")
+    profile = engine_profile(records, name, kv_capacity, max_running)
+    write_profile(profile, out)
+    it = profile["engine"]["iteration"]
+    typer.echo(
+        f"engine: iteration {it['base'] * 1e3:.2f} ms + {it['per_prefill_token'] * 1e6:.2f} us/prefill "
+        f"token + {it['per_decode'] * 1e3:.3f} ms/decode + {it['per_context_token'] * 1e9:.2f} ns/context "
+        f"token; KV {profile['engine']['kv_capacity_tokens']:,} tokens"
+    )
+    for key, row in profile["fit"].items():
+        if "tpot_rel_error" in row:
+            ttft = f"  TTFT {row['ttft_rel_error']:+.1%}" if "ttft_rel_error" in row else ""
+            typer.echo(f"  {key:12s} n={row['n']:<3d} TPOT {row['tpot_rel_error']:+.1%}{ttft}")
+    typer.echo(f"wrote {out}")
+
+
 def main() -> None:
     """Entry point: input errors become one paragraph on stderr and exit code 2; Ctrl-C exits
     130 and SIGTERM 143, with one line (results folders are only replaced by complete runs)."""
@@ -708,25 +751,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def _calibrate_engine(records, name, out, kv_capacity, max_running) -> None:
-    from .calibration.engine_fit import engine_profile
-    from .calibration.fit import write_profile
-
-    for opt, v in (("--kv-capacity", kv_capacity), ("--max-running", max_running)):
-        if v is not None and v < 1:
-            raise InputError(f"{opt}: expected a positive count, got {v}.")
-    profile = engine_profile(records, name, kv_capacity, max_running)
-    write_profile(profile, out)
-    it = profile["engine"]["iteration"]
-    typer.echo(
-        f"engine: iteration {it['base'] * 1e3:.2f} ms + {it['per_prefill_token'] * 1e6:.2f} us/prefill "
-        f"token + {it['per_decode'] * 1e3:.3f} ms/decode + {it['per_context_token'] * 1e9:.2f} ns/context "
-        f"token; KV {profile['engine']['kv_capacity_tokens']:,} tokens"
-    )
-    for key, row in profile["fit"].items():
-        if "tpot_rel_error" in row:
-            ttft = f"  TTFT {row['ttft_rel_error']:+.1%}" if "ttft_rel_error" in row else ""
-            typer.echo(f"  {key:12s} n={row['n']:<3d} TPOT {row['tpot_rel_error']:+.1%}{ttft}")
-    typer.echo(f"wrote {out}")

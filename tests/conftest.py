@@ -78,3 +78,25 @@ def docker_engine():
             pytest.fail(f"image {image} missing; scripts/start-docker.sh builds it")
         pytest.skip(f"image {image} missing; run scripts/start-docker.sh")
     return client
+
+
+LLAMA_URL = "http://127.0.0.1:8089/v1"  # scripts/start-llama-server.sh
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> str:
+    """A running llama-server with the tiny model: skipped with the reason on a user's machine,
+    required in CI (.ci/run starts it)."""
+    import os
+
+    import httpx
+
+    url = os.environ.get("SIMROLLOUT_LLAMA_URL", LLAMA_URL)
+    try:
+        httpx.get(url.removesuffix("/v1") + "/health", timeout=5).raise_for_status()
+    except Exception as exc:
+        reason = f"no llama-server answers at {url} ({type(exc).__name__}); run scripts/start-llama-server.sh"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {reason}")
+        pytest.skip(reason)
+    return url

@@ -1,18 +1,18 @@
 """Fit an engine profile (simrollout.sim.serving's iteration model) to ``probe openai`` records.
 
-- Prefill: at concurrency 1 a request's first token comes after ``overhead`` plus one iteration
-  over its prompt: ``ttft = overhead + base + per_prefill_token x P`` (least squares over the
-  prompt lengths).
-- Decode: a request's time per output token is the mean iteration it shares with the others:
-  ``base + per_decode x D + per_context_token x C`` plus the prefills of the requests that join
-  meanwhile (each of the ``D - 1`` others prefills about once per request, spread over its
-  ``O`` iterations). Non-negative least squares over every request, ``D`` its concurrency level
-  and ``C`` its batch's context.
+- At concurrency 1 (one request at a time) a request's first token comes after ``overhead``
+  plus one iteration over its prompt, ``overhead + base + per_prefill_token x P``, and each
+  later token after one decode iteration, ``base + per_decode + per_context_token x C``: two
+  straight lines, in the prompt and in the context.
+- How the lone iteration splits into ``base`` and ``per_decode`` shows only under load: the
+  probe's loaded levels are replayed on the engine model (the same clients, requests and
+  order) and ``per_decode`` is the value whose simulated TPOT medians match the measured ones
+  best (least squares of their logs).
 - KV capacity and running requests: from the server where it says (llama.cpp's slots), else
   given.
 
-Goodness of fit: per level and prompt length, the median measured TTFT and TPOT beside the
-profile's prediction, and their relative errors.
+Goodness of fit: per level and prompt length, the median measured TTFT and TPOT beside those
+of the replay on the fitted profile, and their relative errors.
 """
 
 from __future__ import annotations
@@ -53,28 +53,13 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     ok = _ok(records)
     plain = [r for r in ok if r["mode"] == "plain"]
     ones = [r for r in plain if r["concurrency"] == 1]
-    p1 = np.array([r["prompt_tokens"] for r in ones], float)
-    slope, intercept = np.polyfit(p1, [r["ttft"] for r in ones], 1)
+    # concurrency 1, one request at a time: TTFT is a line in the prompt, TPOT one in the context
+    slope, intercept = np.polyfit([r["prompt_tokens"] for r in ones], [r["ttft"] for r in ones], 1)
     per_prefill = max(float(slope), 0.0)
-    dec = [r for r in plain if r["output_tokens"] > 1 and r["tpot"] is not None]
-    by_level: dict[int, list[dict]] = {}
-    for r in dec:
-        by_level.setdefault(r["concurrency"], []).append(r)
-    mean_ctx = {
-        c: np.mean([r["prompt_tokens"] + r["output_tokens"] / 2 for r in rs]) for c, rs in by_level.items()
-    }
-    mean_prompt = {c: np.mean([r["prompt_tokens"] for r in rs]) for c, rs in by_level.items()}
-    rows, y = [], []
-    for r in dec:
-        d = r["concurrency"]
-        own = r["prompt_tokens"] + r["output_tokens"] / 2
-        ctx = own + (d - 1) * mean_ctx[d]
-        joins = per_prefill * mean_prompt[d] * (d - 1) / r["output_tokens"]
-        rows.append([1.0, d, ctx])
-        y.append(r["tpot"] - joins)
-    coef, _ = optimize.nnls(np.array(rows), np.array(y))
-    base = max(float(coef[0]), 1e-6)
-    overhead = max(float(intercept) - base, 0.0)
+    dec = [r for r in ones if r["tpot"] is not None]
+    ctx = [r["prompt_tokens"] + r["output_tokens"] / 2 for r in dec]
+    per_context, lone = np.polyfit(ctx, [r["tpot"] for r in dec], 1)
+    per_context, lone = max(float(per_context), 0.0), max(float(lone), 1e-6)  # lone = base + per_decode
     slots = next((r.get("slots") for r in ok if r.get("slots")), None)
     slot_ctx = next((r.get("slot_context") for r in ok if r.get("slot_context")), None)
     kv = kv_capacity or (slots * slot_ctx if slots and slot_ctx else None)
@@ -83,48 +68,101 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
             "the server did not say its KV-cache size: give --kv-capacity TOKENS (vLLM logs it at "
             "start as 'GPU KV cache size: N tokens')."
         )
-    engine = {
-        "iteration": {"base": round(base, 6), "per_prefill_token": float(f"{per_prefill:.4g}"),
-                      "per_decode": float(f"{coef[1]:.4g}"), "per_context_token": float(f"{coef[2]:.4g}")},
-        "kv_capacity_tokens": int(kv),
-        "max_running": int(max_running or slots or 256),
-        "max_batch_tokens": 2048 if slots else 8192,  # llama.cpp's -b default; vLLM's chunked prefill
-        "overhead": round(overhead, 6),
-    }  # fmt: skip
-    model = Engine.model_validate(engine)
-    return {"engine": engine, "fit": goodness(ok, model)}
+
+    def engine(per_decode: float) -> dict:
+        base = max(lone - per_decode, 1e-6)
+        return {
+            "iteration": {"base": base, "per_prefill_token": per_prefill, "per_decode": per_decode,
+                          "per_context_token": per_context},
+            "kv_capacity_tokens": int(kv),
+            "max_running": int(max_running or slots or 256),
+            "max_batch_tokens": 2048 if slots else 8192,  # llama.cpp's -b default; vLLM's chunked prefill
+            "overhead": max(float(intercept) - base, 0.0),
+        }  # fmt: skip
+
+    # the split of the lone iteration into base and per-decode cost shows only under load: the
+    # probe's loaded levels replayed on the engine model, TPOT medians matched in log space
+    loaded = [r for r in plain if r["concurrency"] > 1 and r["tpot"] is not None]
+    per_decode = 0.0
+    if loaded:
+        want = _medians(loaded)
+
+        def loss(x: float) -> float:
+            got = _medians(replay(loaded, Engine.model_validate(engine(x))))
+            return float(sum((np.log(got[k]) - np.log(v)) ** 2 for k, v in want.items()))
+
+        per_decode = float(optimize.minimize_scalar(loss, bounds=(0.0, lone), method="bounded",
+                                                    options={"xatol": lone * 1e-4}).x)  # fmt: skip
+    fitted = engine(per_decode)
+    it = fitted["iteration"]
+    fitted["iteration"] = {k: float(f"{v:.4g}") for k, v in it.items()}
+    fitted["overhead"] = float(f"{fitted['overhead']:.4g}")
+    model = Engine.model_validate(fitted)
+    return {"engine": fitted, "fit": goodness(ok, model)}
 
 
-def predict(
-    model: Engine, concurrency: int, prompt: float, output: float, mean_prompt: float
-) -> tuple[float, float]:
-    """The profile's TTFT and TPOT for a plain request in a closed loop at ``concurrency``."""
-    it = model.iteration
-    ttft = model.overhead + it(prompt, 0, 0) if concurrency == 1 else float("nan")
-    ctx = concurrency * (mean_prompt + output / 2)
-    tpot = it(0, concurrency, ctx) + it.per_prefill_token * mean_prompt * (concurrency - 1) / output
-    return ttft, tpot
+def _medians(records: list[dict]) -> dict[tuple[int, int], float]:
+    groups: dict[tuple[int, int], list[float]] = {}
+    for r in records:
+        groups.setdefault((r["concurrency"], r["prompt_tokens"]), []).append(r["tpot"])
+    return {k: float(np.median(v)) for k, v in groups.items()}
+
+
+def replay(records: list[dict], model: Engine) -> list[dict]:
+    """The probe's requests on the engine model: at each level, that many clients send the
+    recorded requests in their recorded order, one after another (a closed loop)."""
+    out: list[dict] = []
+    for level in sorted({r["concurrency"] for r in records}):
+        at = sorted((r for r in records if r["concurrency"] == level), key=lambda r: r["start"])
+        out += _replay_level(at, level, model)
+    return out
+
+
+def _replay_level(queue: list[dict], clients: int, model: Engine) -> list[dict]:
+    import simpy
+
+    from ..scenario import Inference
+    from ..sim.serving import ServingTier
+
+    env = simpy.Environment()
+    tier = ServingTier(env, Inference(engines=1, engine=model, prefix_cache=False))
+    todo, out = list(reversed(queue)), []
+
+    def client():
+        while todo:
+            r = todo.pop()
+            t0 = env.now
+            yield env.timeout(model.overhead)
+            req = tier.request(len(out) + len(todo), r["prompt_tokens"], r["output_tokens"])
+            yield req.done
+            o = r["output_tokens"]
+            tpot = (req.end - req.first) / (o - 1) if o > 1 else None
+            out.append({**r, "ttft": req.first - t0, "tpot": tpot, "latency": req.end - t0})
+
+    for _ in range(clients):
+        env.process(client())
+    env.run()
+    return out
 
 
 def goodness(ok: list[dict], model: Engine) -> dict:
-    """Median measured vs predicted TTFT (concurrency 1) and TPOT, per level and prompt length."""
-    out: dict = {}
+    """Per level and prompt length, the measured medians of TTFT and TPOT beside the profile's
+    (the probe's requests replayed on it), and their relative errors."""
     plain = [r for r in ok if r["mode"] == "plain"]
+    sim = replay(plain, model)
+    out: dict = {}
     for c in sorted({r["concurrency"] for r in plain}):
-        at = [r for r in plain if r["concurrency"] == c]
-        mean_prompt = float(np.mean([r["prompt_tokens"] for r in at]))
-        for p in sorted({r["prompt_tokens"] for r in at}):
-            g = [r for r in at if r["prompt_tokens"] == p]
-            o = float(np.median([r["output_tokens"] for r in g]))
-            ttft, tpot = predict(model, c, p, o, mean_prompt)
-            tp = [r["tpot"] for r in g if r["tpot"] is not None]
-            row = {"n": len(g), "tpot_median": float(np.median(tp)) if tp else None, "tpot_predicted": tpot}
-            if tp:
-                row["tpot_rel_error"] = round(tpot / row["tpot_median"] - 1, 4)
-            if c == 1:
-                row["ttft_median"] = float(np.median([r["ttft"] for r in g]))
-                row["ttft_predicted"] = ttft
-                row["ttft_rel_error"] = round(ttft / row["ttft_median"] - 1, 4)
+        for p in sorted({r["prompt_tokens"] for r in plain if r["concurrency"] == c}):
+            real = [r for r in plain if r["concurrency"] == c and r["prompt_tokens"] == p]
+            pred = [r for r in sim if r["concurrency"] == c and r["prompt_tokens"] == p]
+            row: dict = {"n": len(real)}
+            for m in ("ttft", "tpot"):
+                a = [r[m] for r in real if r[m] is not None]
+                b = [r[m] for r in pred if r[m] is not None]
+                if a and b:
+                    row[f"{m}_median"] = round(float(np.median(a)), 6)
+                    row[f"{m}_predicted"] = round(float(np.median(b)), 6)
+                    row[f"{m}_rel_error"] = round(row[f"{m}_predicted"] / row[f"{m}_median"] - 1, 4)
             out[f"c{c}_p{p}"] = row
     shared = [r for r in ok if r["mode"] == "shared_prefix"]
     if shared:  # pairs: the second of each found the prefix cached (if the server caches)

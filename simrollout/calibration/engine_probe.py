@@ -48,6 +48,7 @@ class EngineRecord:
     cached_tokens: int | None = None  # prompt tokens the server served from its cache, if it says
     ttft: float | None = None  # s
     tpot: float | None = None  # s per output token after the first
+    chunks: int | None = None  # streamed pieces of text; fewer than the tokens: some were held back
     slots: int | None = None  # requests the server runs at once, if it says (llama.cpp /props)
     slot_context: int | None = None  # tokens of KV cache per slot, if it says
 
@@ -154,7 +155,7 @@ class Server:
         if first is None:
             first = end
         return {"ttft": first - t0, "end": end - t0, "output_tokens": int(out_tokens),
-                "text": "".join(pieces),
+                "text": "".join(pieces), "chunks": chunks,
                 "prompt_tokens": None if prompt_tokens is None else int(prompt_tokens),
                 "cached_tokens": None if cached is None else int(cached)}  # fmt: skip
 
@@ -190,14 +191,18 @@ def probe_engine(
             res, err = server.complete(prompt, plan.output, plan.extra), None
         except Exception as exc:  # recorded, never lost
             res, err = {}, exc
+        if res and res["chunks"] < res["output_tokens"]:
+            # the server held text back (an incomplete UTF-8 sequence): the stream does not show
+            # when tokens came, so no TTFT or TPOT is claimed for this request
+            res["ttft"] = None
         rec = EngineRecord(
             **base, start=t0, latency=res.get("end", time.time() - t0), concurrency=level, mode=mode,
             ok=err is None, error=None if err is None else f"{type(err).__name__}: {err}"[:300],
             sandbox=idx, prompt_tokens=res.get("prompt_tokens") or (len(prompt) if err is None else None),
             output_tokens=res.get("output_tokens"), cached_tokens=res.get("cached_tokens"),
-            ttft=res.get("ttft"),
+            ttft=res.get("ttft"), chunks=res.get("chunks"),
             tpot=(res["end"] - res["ttft"]) / (res["output_tokens"] - 1)
-            if res and res["output_tokens"] > 1 else None,
+            if res.get("ttft") is not None and res["output_tokens"] > 1 else None,
         )  # fmt: skip
         writer.write(rec)
         if on_record:

@@ -53,7 +53,7 @@ def agent_scenario(
     return scenario_from_dict(data, Path.cwd() / "validate-engine.yaml")
 
 
-def real_agent_loop(server: Server, scn: Scenario, seed: int = 0) -> pd.DataFrame:
+def real_agent_loop(server: Server, scn: Scenario, seed: int = 0, extra: dict | None = None) -> pd.DataFrame:
     """Run the scenario's trajectories against the server: one row per request."""
     server.check()
     work = draw_work(scn, 0, detail=True)
@@ -74,7 +74,7 @@ def real_agent_loop(server: Server, scn: Scenario, seed: int = 0) -> pd.DataFram
                 if s > int(work.step_off[i]):
                     context += text(int(work.step_append[s]), rng)
                 t0 = time.perf_counter() - t_origin
-                res = server.complete(context, int(work.step_output[s]), {})
+                res = server.complete(context, int(work.step_output[s]), extra or {})
                 context += res.get("text", "")
                 with lock:
                     rows.append({"concurrency": level, "trajectory": i, "step": s, "start": t0,

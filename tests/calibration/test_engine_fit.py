@@ -1,0 +1,131 @@
+"""Engine calibration: records simulated from a known engine profile are fitted back to it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import simpy
+
+from simrollout.calibration.engine_fit import engine_profile, fit_engine
+from simrollout.errors import InputError
+from simrollout.scenario import Engine, Inference
+from simrollout.sim.serving import ServingTier
+
+TRUE = {"base": 0.03, "per_prefill_token": 0.0025, "per_decode": 0.004, "per_context_token": 4e-5}
+
+
+def synthetic_probe(levels=(1, 2, 4, 8), prompts=(128, 1024), output=32, per=8, overhead=0.01, seed=0):
+    """The probe's plan played against the engine model: records as ``probe openai`` writes them."""
+    rng = np.random.default_rng(seed)
+    spec = {"iteration": TRUE, "kv_capacity_tokens": 16384, "max_batch_tokens": 2048, "overhead": overhead}
+    recs = []
+    for level in levels:
+        env = simpy.Environment()
+        tier = ServingTier(env, Inference(engines=1, engine=spec, prefix_cache=False))
+        jobs = [p for _ in range(max(per, 2 * level)) for p in prompts]
+        rng.shuffle(jobs)
+        queue = list(enumerate(jobs))
+
+        def worker():
+            while queue:
+                k, p = queue.pop(0)
+                t0 = env.now
+                yield env.timeout(overhead)
+                req = tier.request(10_000 * level + k, int(p), output)
+                yield req.done
+                recs.append({"run_id": "r", "host": "h", "image": "m", "phase": "generate", "ok": True,
+                             "concurrency": level, "mode": "plain", "prompt_tokens": int(p),
+                             "output_tokens": output, "ttft": req.first - t0, "start": 1e6 * level + t0,
+                             "tpot": (req.end - req.first) / (output - 1), "latency": req.end - t0,
+                             "slots": 8, "slot_context": 2048, "_file": "synthetic.jsonl"})  # fmt: skip
+
+        for _ in range(level):
+            env.process(worker())
+        env.run()
+    return recs
+
+
+def test_the_fit_recovers_a_known_engine():
+    fitted = fit_engine(synthetic_probe())
+    it = fitted["engine"]["iteration"]
+    for k, v in TRUE.items():
+        assert it[k] == pytest.approx(v, rel=1e-3), k
+    assert fitted["engine"]["overhead"] == pytest.approx(0.01, rel=1e-3)
+    assert fitted["engine"]["kv_capacity_tokens"] == 8 * 2048 and fitted["engine"]["max_running"] == 8
+    for key, row in fitted["fit"].items():  # the replay on the fitted profile gives the medians back
+        assert abs(row["tpot_rel_error"]) < 1e-3 and abs(row["ttft_rel_error"]) < 1e-3, key
+    Engine.model_validate(fitted["engine"])
+
+
+def test_the_fit_holds_under_measurement_noise():
+    rng = np.random.default_rng(7)
+    noisy = [{**r, "ttft": r["ttft"] * rng.lognormal(0, 0.05), "tpot": r["tpot"] * rng.lognormal(0, 0.05)}
+             for r in synthetic_probe(per=16)]  # fmt: skip
+    fitted = fit_engine(noisy)
+    it = fitted["engine"]["iteration"]
+    for k in ("per_prefill_token", "per_context_token"):
+        assert it[k] == pytest.approx(TRUE[k], rel=0.10), k
+    lone = TRUE["base"] + TRUE["per_decode"]
+    assert it["base"] + it["per_decode"] == pytest.approx(lone, rel=0.10)
+    assert it["per_decode"] == pytest.approx(TRUE["per_decode"], rel=0.35)
+    for key, row in fitted["fit"].items():
+        assert abs(row["tpot_rel_error"]) < 0.10, (key, row)
+
+
+def test_engine_profile_keeps_provenance(tmp_path):
+    prof = engine_profile(synthetic_probe(levels=(1, 4)), "tiny")
+    assert prof["provenance"]["requests"] > 0 and prof["provenance"]["probe_files"] == ["synthetic.jsonl"]
+    assert set(prof["engine"]) >= {"iteration", "kv_capacity_tokens", "max_running", "overhead"}
+
+
+def test_too_few_or_one_sided_records_are_refused():
+    recs = synthetic_probe(levels=(1,))
+    with pytest.raises(InputError, match="two concurrency levels"):
+        fit_engine(recs)
+    with pytest.raises(InputError, match="at least 8"):
+        fit_engine(recs[:3])
+    one_length = synthetic_probe(levels=(1, 2), prompts=(256,))
+    with pytest.raises(InputError, match="two prompt lengths"):
+        fit_engine(one_length)
+    no_kv = [{**r, "slots": None} for r in synthetic_probe(levels=(1, 2))]
+    with pytest.raises(InputError, match="--kv-capacity"):
+        fit_engine(no_kv)
+    assert fit_engine(no_kv, kv_capacity=50_000)["engine"]["kv_capacity_tokens"] == 50_000
+
+
+def test_calibrate_cli_writes_an_engine_profile_a_scenario_can_use(tmp_path):
+    from tests.conftest import cli, make
+
+    probes = tmp_path / "engine.jsonl"
+    fields = ("run_id", "backend", "backend_version", "engine_version", "host", "image", "phase", "start",
+              "latency", "concurrency", "mode", "ok", "error", "sandbox")  # fmt: skip
+    with probes.open("w") as f:
+        for k, r in enumerate(synthetic_probe(levels=(1, 2, 4))):
+            base = {x: r.get(x, "") for x in fields}
+            base.update(start=float(k), error=None, sandbox=k, backend="openai")
+            f.write(json.dumps({**base, **{x: v for x, v in r.items() if not x.startswith("_")}}) + "\n")
+    out = tmp_path / "engine.yaml"
+    res = cli("calibrate", probes, "-o", out)
+    assert res.returncode == 0, res.stderr
+    assert "TPOT" in res.stdout and out.is_file()
+    scn = make(**{"workload.llm_time": None})
+    scn["workload"].pop("llm_time")
+    scn["workload"]["tokens"] = {"prompt": 100, "appended": 20, "output": 8}
+    scn["workload"]["steps"] = 3
+    scn["cluster"]["inference"] = {"engines": 1, "profile": str(out)}
+    path = tmp_path / "s.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(scn))
+    run = cli("run", path, "-o", tmp_path / "out")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())["summary"][0]
+    assert summary["llm_requests"] == 300 and summary["ttft_p50"] > 0
+    mixed = tmp_path / "mixed.jsonl"
+    lines = probes.read_text().splitlines()
+    sandbox = json.loads(lines[0]) | {"phase": "create"}
+    mixed.write_text("\n".join(lines + [json.dumps(sandbox)]) + "\n")
+    bad = cli("calibrate", mixed, "-o", tmp_path / "m.yaml")
+    assert bad.returncode == 2 and "mixes engine records" in bad.stderr
