@@ -167,6 +167,7 @@ def plan(
     concurrency: str | None = typer.Option(None, help="Levels to search (default 64..16384, powers of 2)."),
     warm_pool: str | None = typer.Option(None, "--warm-pool", help="Warm-pool sizes to search."),
     hosts: str | None = typer.Option(None, help="Host counts to search (self-managed fleets)."),
+    engines: str | None = typer.Option(None, help="Inference engine counts to search (e.g. 8,16,32)."),
     sample: int = typer.Option(
         20_000, help="Trajectories simulated per configuration (projected to the full run)."
     ),
@@ -237,9 +238,12 @@ def plan(
             max_failed=max_failed,
             check=check,
             sensitivity=sensitivity,
+            engines=ints("engines", engines, 1),
         )
     cols = ["substrate", "concurrency", "warm_pool", "hosts", "makespan_s", "cost_usd", "worker_hours",
             "completed", "timeouts", "failed", "binding"]  # fmt: skip
+    if engines:
+        cols.insert(4, "engines")
     table = result.table[cols].assign(makespan_h=lambda d: d.makespan_s / 3600).drop(columns="makespan_s")
     table["lost"] = [f"{x:.2%}" + ("" if ok else " (over budget)")
                      for x, ok in zip(result.table.lost_fraction, result.table.within_budget)]  # fmt: skip

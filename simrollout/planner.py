@@ -120,8 +120,7 @@ class Plan:
             return f"No configuration meets {what}.{why}"
         b = self.best
         text = (
-            f"Cheapest: {b.substrate} at concurrency {b.concurrency}, warm pool {b.warm_pool}, "
-            f"{b.hosts} host(s): {b.makespan_s / 3600:,.1f} h, ${b.cost_usd:,.0f} "
+            f"Cheapest: {_name(b)}: {b.makespan_s / 3600:,.1f} h, ${b.cost_usd:,.0f} "
             f"({b.worker_hours:,.0f} worker-h, ${b.cost_per_completed:.4f} per completed trajectory, "
             f"{b.lost_fraction:.3%} timed out or failed); {self.target.margin(b)}. Bound by {self.binding}."
         )
@@ -152,22 +151,29 @@ def _binding(row, sub) -> str:
         return "the create-rate limit"
     if waits:
         return "host capacity" if sub.capacity.quota is None else "the sandbox quota"
-    if not math.isnan(row.gpu_idle_fraction) and row.gpu_idle_fraction < 0.05:
-        return "the inference tier"
+    queued = getattr(row, "kv_queued_fraction", float("nan"))
+    if not math.isnan(queued) and queued > 0.05:
+        return f"the inference tier (KV cache: {queued:.0%} of requests waited for space)"
+    if not math.isnan(row.gpu_idle_fraction) and row.gpu_idle_fraction < 0.1:
+        return f"the inference tier (engines busy {1 - row.gpu_idle_fraction:.0%})"
     return "concurrency (rollout workers)"
 
 
-def configurations(scn: Scenario, base: dict, levels, pools, hosts):
+def configurations(scn: Scenario, base: dict, levels, pools, hosts, engines=None):
     """Every configuration a plan evaluates: ``(substrate, concurrency, warm pool, hosts, data)``,
-    ``data`` the scenario mapping with that one substrate and those values (one replication).
+    ``data`` the scenario mapping with that one substrate and those values (one replication),
+    and, when ``engines`` is given, each engine count (``cluster.inference.engines`` of ``data``).
     Host counts are searched only for self-managed fleets (a hosted quota is one host)."""
+    engine_opts = engines or [None]
     for si, sub in enumerate(scn.substrates):
         host_opts = hosts if (hosts and sub.capacity.quota is None) else [sub.capacity.hosts]
-        for c, w, h in itertools.product(levels, pools, host_opts):
+        for c, w, h, e in itertools.product(levels, pools, host_opts, engine_opts):
             d = set_path(base, "substrates", [base["substrates"][si]])
             d = set_path(d, "substrates.0.capacity.hosts", h)
             d = set_path(d, "cluster.concurrency", c)
             d = set_path(d, "policy.warm_pool", w)
+            if e is not None:
+                d = set_path(d, "cluster.inference.engines", e)
             yield sub, c, w, h, set_path(d, "replications", 1)
 
 
@@ -185,18 +191,23 @@ def plan(
     check: int | None = None,
     top: int = 3,
     sensitivity: float | None = None,
+    engines: list[int] | None = None,
 ) -> Plan:
     """``max_failed``: the share of trajectories that may time out or fail; ``check``: trajectories
     per replication of the full-size check of the ``top`` candidates (default: the full run up to
     ten samples; 0 skips it); ``sensitivity``: re-plan with every substrate's lifecycle latencies
     (cold and warm start, exec overhead, teardown) scaled by 1 - x and 1 + x, and say whether the
-    recommendation still holds."""
+    recommendation still holds; ``engines``: inference engine counts to search too."""
+    if engines and scn.cluster.inference is None:
+        raise InputError(
+            f"{scn._source}: --engines needs cluster.inference in the scenario (engines to count)."
+        )
     n_full = scn.trajectories
     levels = concurrency or [2**k for k in range(6, 15)]
     pools = warm_pool or [scn.policy.warm_pool]
     base = base_dict(scn)
     configs, scenarios = [], []
-    for sub, c, w, h, d in configurations(scn, base, levels, pools, hosts):
+    for sub, c, w, h, d in configurations(scn, base, levels, pools, hosts, engines):
         n = min(n_full, max(sample, 10 * c))
         configs.append((sub, c, w, h, n))
         scenarios.append(Scenario.model_validate(set_path(d, "workload.trajectories", n)))
@@ -235,7 +246,7 @@ def plan(
     result = Plan(target, table, best, best.binding, checked, max_failed, reranked)
     if sensitivity:
         result.sensitivity = _sensitivity(scn, target, concurrency, warm_pool, hosts, sample, executor, jobs,
-                                          max_failed, sensitivity, best)  # fmt: skip
+                                          max_failed, sensitivity, best, engines)  # fmt: skip
     return result
 
 
@@ -252,12 +263,13 @@ def scaled(scn: Scenario, factor: float) -> Scenario:
     return Scenario.model_validate(d)
 
 
-def _sensitivity(scn, target, concurrency, warm_pool, hosts, sample, executor, jobs, max_failed, x, best):
+def _sensitivity(scn, target, concurrency, warm_pool, hosts, sample, executor, jobs, max_failed, x, best,
+                 engines=None):  # fmt: skip
     """One line per scaling: the recommendation there, and whether ours still meets the target."""
     lines = []
     for f in (1 - x, 1 + x):
         p = plan(scaled(scn, f), target, concurrency, warm_pool, hosts, sample, executor, jobs,
-                 max_failed=max_failed, check=0)  # fmt: skip
+                 max_failed=max_failed, check=0, engines=engines)  # fmt: skip
         mine = p.table[[_name(r) == _name(best) for _, r in p.table.iterrows()]]
         holds = bool(len(mine)) and target.met(mine.iloc[0])
         same = p.best is not None and _name(p.best) == _name(best)
@@ -273,7 +285,9 @@ def _sensitivity(scn, target, concurrency, warm_pool, hosts, sample, executor, j
 
 
 def _name(row) -> str:
-    return f"{row.substrate} at concurrency {row.concurrency}, warm pool {row.warm_pool}, {row.hosts} host(s)"
+    engines = f", {row.engines} engine(s)" if getattr(row, "engines", 0) else ""
+    where = f"concurrency {row.concurrency}, warm pool {row.warm_pool}, {row.hosts} host(s){engines}"
+    return f"{row.substrate} at {where}"
 
 
 def _row_of(checked: pd.DataFrame, row) -> pd.Series:
@@ -327,8 +341,9 @@ def _project(s, res, sub, c, w, h, n, n_full, max_failed, rep: int = 0) -> dict:
         thr = 0.8 * n / (hi - lo) if hi > lo else n / makespan
         makespan = makespan + (n_full - n) / thr
     scale = n_full / n
-    engines = res.scenario.cluster.inference.engines if res.scenario.cluster.inference else 0
-    gpu_price = res.scenario.cluster.inference.price_per_hour if engines else 0.0
+    inf = res.scenario.cluster.inference
+    engines = inf.engines if inf else 0
+    gpu_price = inf.price_per_hour if engines else 0.0
     sandbox_cost = s.sandbox_cost_usd * scale
     gpu_cost = engines * makespan / 3600 * gpu_price
     lost = (s.timeouts + s.failed) / s.trajectories
@@ -338,6 +353,7 @@ def _project(s, res, sub, c, w, h, n, n_full, max_failed, rep: int = 0) -> dict:
         "concurrency": c,
         "warm_pool": w,
         "hosts": h,
+        "engines": engines,
         "sampled": n,
         "makespan_s": makespan,
         "completed": completed,
@@ -353,6 +369,7 @@ def _project(s, res, sub, c, w, h, n, n_full, max_failed, rep: int = 0) -> dict:
         "cost_per_completed": (sandbox_cost + gpu_cost) / completed if completed else float("inf"),
         "duration_p99": s.duration_p99,
         "gpu_idle_fraction": s.gpu_idle_fraction,
+        "kv_queued_fraction": float(s.get("kv_queued_fraction", float("nan"))),
         "peak_sandboxes": s.peak_sandboxes,
         "acquire_wait_mean": float(rec.acquire_wait.mean()),
         "duration_mean": float(rec.duration.mean()),

@@ -38,7 +38,7 @@ def _ok(records: list[dict]) -> list[dict]:
             f"{MIN_REQUESTS} are needed to fit an engine profile. Probe again ('simrollout probe openai')."
         )
     ones = [r for r in ok if r["concurrency"] == 1 and r["mode"] == "plain"]
-    if len({r["prompt_tokens"] for r in ones}) < 2:
+    if len({_length(r) for r in ones}) < 2:
         raise InputError(
             f"{files}: the prefill fit needs requests at concurrency 1 with at least two prompt "
             "lengths; probe with the default --concurrency (it starts at 1) and --prompts."
@@ -101,10 +101,15 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     return {"engine": fitted, "fit": goodness(ok, model)}
 
 
+def _length(r: dict) -> int:
+    """The prompt length a request asked for (older records: as the server counted it)."""
+    return r.get("prompt_length") or r["prompt_tokens"]
+
+
 def _medians(records: list[dict]) -> dict[tuple[int, int], float]:
     groups: dict[tuple[int, int], list[float]] = {}
     for r in records:
-        groups.setdefault((r["concurrency"], r["prompt_tokens"]), []).append(r["tpot"])
+        groups.setdefault((r["concurrency"], _length(r)), []).append(r["tpot"])
     return {k: float(np.median(v)) for k, v in groups.items()}
 
 
@@ -152,9 +157,9 @@ def goodness(ok: list[dict], model: Engine) -> dict:
     sim = replay(plain, model)
     out: dict = {}
     for c in sorted({r["concurrency"] for r in plain}):
-        for p in sorted({r["prompt_tokens"] for r in plain if r["concurrency"] == c}):
-            real = [r for r in plain if r["concurrency"] == c and r["prompt_tokens"] == p]
-            pred = [r for r in sim if r["concurrency"] == c and r["prompt_tokens"] == p]
+        for p in sorted({_length(r) for r in plain if r["concurrency"] == c}):
+            real = [r for r in plain if r["concurrency"] == c and _length(r) == p]
+            pred = [r for r in sim if r["concurrency"] == c and _length(r) == p]
             row: dict = {"n": len(real)}
             for m in ("ttft", "tpot"):
                 a = [r[m] for r in real if r[m] is not None]

@@ -43,7 +43,8 @@ class EngineRecord:
     error: str | None
     sandbox: int  # request index within the level
     command: str | None = None
-    prompt_tokens: int | None = None
+    prompt_length: int | None = None  # tokens asked for (the group the fit uses)
+    prompt_tokens: int | None = None  # as the server counted them
     output_tokens: int | None = None
     cached_tokens: int | None = None  # prompt tokens the server served from its cache, if it says
     ttft: float | None = None  # s
@@ -62,7 +63,8 @@ class EnginePlan:
     shared_prefix: int = 1024  # tokens of the prefix shared by the pairs (0: no pairs)
     pairs: int = 4
     timeout: float = 300.0
-    seed: int = 0
+    seed: int | None = None  # of the prompt texts; None: from the run id (never a repeated prompt,
+    # which a server's prompt cache would serve without a prefill)
     extra: dict = field(default_factory=dict)
 
     def count(self, level: int) -> int:
@@ -161,8 +163,9 @@ class Server:
 
 
 def text(tokens: int, rng: random.Random) -> str:
-    """About ``tokens`` tokens of text: one per byte for a byte-level vocabulary, fewer for BPE."""
-    return "".join(rng.choice(string.ascii_lowercase + " ") for _ in range(tokens))
+    """About ``tokens`` tokens of text: letters, one token each in a byte-level vocabulary (fewer
+    for BPE); no spaces, which some tokenizers spell in several bytes."""
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(tokens))
 
 
 def probe_engine(
@@ -175,7 +178,7 @@ def probe_engine(
     server.check()
     run_id = uuid.uuid4().hex[:12]
     info = server.info()
-    rng = random.Random(plan.seed)
+    rng = random.Random(run_id if plan.seed is None else plan.seed)
     base = dict(run_id=run_id, backend="openai", backend_version=info.get("backend_version", ""),
                 engine_version=info.get("engine_version", ""), host=urlparse(server.base_url).netloc,
                 image=server.model, phase="generate", slots=info.get("slots"),
@@ -183,7 +186,7 @@ def probe_engine(
     writer = RecordWriter(out)
     stop = threading.Event()
 
-    def one(level: int, idx: int, prompt: str, mode: str) -> None:
+    def one(level: int, idx: int, prompt: str, mode: str, length: int) -> None:
         if stop.is_set():
             return
         t0 = time.time()
@@ -198,7 +201,8 @@ def probe_engine(
         rec = EngineRecord(
             **base, start=t0, latency=res.get("end", time.time() - t0), concurrency=level, mode=mode,
             ok=err is None, error=None if err is None else f"{type(err).__name__}: {err}"[:300],
-            sandbox=idx, prompt_tokens=res.get("prompt_tokens") or (len(prompt) if err is None else None),
+            sandbox=idx, prompt_length=length,
+            prompt_tokens=res.get("prompt_tokens") or (len(prompt) if err is None else None),
             output_tokens=res.get("output_tokens"), cached_tokens=res.get("cached_tokens"),
             ttft=res.get("ttft"), chunks=res.get("chunks"),
             tpot=(res["end"] - res["ttft"]) / (res["output_tokens"] - 1)
@@ -212,10 +216,10 @@ def probe_engine(
         for level in plan.levels:
             jobs = [(p, i) for i in range(plan.count(level)) for p in plan.prompts]
             rng.shuffle(jobs)
-            prompts = [(text(p, rng), i) for p, i in jobs]
+            prompts = [(text(p, rng), p) for p, _ in jobs]
             with ThreadPoolExecutor(level) as pool:
                 futures = [
-                    pool.submit(one, level, k, prompt, "plain") for k, (prompt, _) in enumerate(prompts)
+                    pool.submit(one, level, k, text_, "plain", p) for k, (text_, p) in enumerate(prompts)
                 ]
                 try:
                     for f in futures:
@@ -227,7 +231,7 @@ def probe_engine(
             for k in range(plan.pairs):
                 prefix = text(plan.shared_prefix, rng)
                 for j in range(2):
-                    one(1, 2 * k + j, prefix + text(32, rng), "shared_prefix")
+                    one(1, 2 * k + j, prefix + text(32, rng), "shared_prefix", plan.shared_prefix + 32)
     finally:
         stop.set()
         writer.close()

@@ -28,7 +28,7 @@ def synthetic_probe(levels=(1, 2, 4, 8), prompts=(128, 1024), output=32, per=8, 
         rng.shuffle(jobs)
         queue = list(enumerate(jobs))
 
-        def worker():
+        def worker(env=env, tier=tier, queue=queue, level=level):
             while queue:
                 k, p = queue.pop(0)
                 t0 = env.now
@@ -36,7 +36,7 @@ def synthetic_probe(levels=(1, 2, 4, 8), prompts=(128, 1024), output=32, per=8, 
                 req = tier.request(10_000 * level + k, int(p), output)
                 yield req.done
                 recs.append({"run_id": "r", "host": "h", "image": "m", "phase": "generate", "ok": True,
-                             "concurrency": level, "mode": "plain", "prompt_tokens": int(p),
+                             "concurrency": level, "mode": "plain", "prompt_tokens": int(p), "prompt_length": int(p),
                              "output_tokens": output, "ttft": req.first - t0, "start": 1e6 * level + t0,
                              "tpot": (req.end - req.first) / (output - 1), "latency": req.end - t0,
                              "slots": 8, "slot_context": 2048, "_file": "synthetic.jsonl"})  # fmt: skip
