@@ -5,9 +5,10 @@
   later token after one decode iteration, ``base + per_decode + per_context_token x C``: two
   straight lines, in the prompt and in the context.
 - How the lone iteration splits into ``base`` and ``per_decode`` shows only under load: the
-  probe's loaded levels are replayed on the engine model (the same clients, requests and
-  order) and ``per_decode`` is the value whose simulated TPOT medians match the measured ones
-  best (least squares of their logs).
+  decode runs (at each level, that many short-prompt, long-output requests started together)
+  give the time per output token as a line in the decodes in flight. Without decode runs, the
+  probe's loaded levels are replayed on the engine model (the same clients, requests and order)
+  and ``per_decode`` is the value whose simulated TPOT medians match the measured ones best.
 - KV capacity and running requests: from the server where it says (llama.cpp's slots), else
   given.
 
@@ -80,19 +81,26 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
             "overhead": max(float(intercept) - base, 0.0),
         }  # fmt: skip
 
-    # the split of the lone iteration into base and per-decode cost shows only under load: the
-    # probe's loaded levels replayed on the engine model, TPOT medians matched in log space
-    loaded = [r for r in plain if r["concurrency"] > 1 and r["tpot"] is not None]
+    # how the lone iteration splits into a fixed part and a per-decode part: from the decode runs
+    # (short prompts, long outputs, started together: decodes with nothing else in the batch) ...
+    runs = [r for r in ok if r["mode"] == "decode" and r["tpot"] is not None]
     per_decode = 0.0
-    if loaded:
-        want = _medians(loaded)
+    if len({r["concurrency"] for r in runs}) >= 2:
+        d = np.array([r["concurrency"] for r in runs], float)
+        ctx = d * np.array([r["prompt_tokens"] + r["output_tokens"] / 2 for r in runs], float)
+        slope_d, _ = np.polyfit(d, np.array([r["tpot"] for r in runs]) - per_context * ctx, 1)
+        per_decode = float(np.clip(slope_d, 0.0, lone))
+    else:  # ... or, without them, the loaded levels replayed on the model, TPOT medians matched
+        loaded = [r for r in plain if r["concurrency"] > 1 and r["tpot"] is not None]
+        if loaded:
+            want = _medians(loaded)
 
-        def loss(x: float) -> float:
-            got = _medians(replay(loaded, Engine.model_validate(engine(x))))
-            return float(sum((np.log(got[k]) - np.log(v)) ** 2 for k, v in want.items()))
+            def loss(x: float) -> float:
+                got = _medians(replay(loaded, Engine.model_validate(engine(x))))
+                return float(sum((np.log(got[k]) - np.log(v)) ** 2 for k, v in want.items()))
 
-        per_decode = float(optimize.minimize_scalar(loss, bounds=(0.0, lone), method="bounded",
-                                                    options={"xatol": lone * 1e-4}).x)  # fmt: skip
+            per_decode = float(optimize.minimize_scalar(loss, bounds=(0.0, lone), method="bounded",
+                                                        options={"xatol": lone * 1e-4}).x)  # fmt: skip
     fitted = engine(per_decode)
     it = fitted["iteration"]
     fitted["iteration"] = {k: float(f"{v:.4g}") for k, v in it.items()}

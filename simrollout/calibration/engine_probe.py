@@ -3,9 +3,11 @@
 Each request streams ``/v1/completions`` with a prompt of a controlled length and a fixed number
 of output tokens (``ignore_eos``); its record holds the time to first token, the time per output
 token after it, and the token counts the server reports. Requests run at several concurrency
-levels, with two prompt lengths, plus pairs sharing a long prefix (the second one's first token
-shows the prefix cache). Records are appended to the same JSONL as the sandbox probes and flushed
-as they come; a request the server fails is recorded with its error, and the probe goes on.
+levels, with two prompt lengths; at each level also that many requests with a short prompt and a
+long output, started together (decodes with nothing else in the batch); then pairs sharing a long
+prefix (the second one's first token shows the prefix cache). Records are appended to the same
+JSONL as the sandbox probes and flushed as they come; a request the server fails is recorded with
+its error, and the probe goes on.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class EnginePlan:
     prompts: tuple[int, ...] = (128, 1024)  # prompt lengths, tokens (bytes for a byte-level vocabulary)
     output: int = 32
     requests: int = 0  # per level and prompt length; 0: max(8, 2 x level)
+    decode_output: int = 96  # decode runs: ``level`` requests with a short prompt, started together
     shared_prefix: int = 1024  # tokens of the prefix shared by the pairs (0: no pairs)
     pairs: int = 4
     timeout: float = 300.0
@@ -186,12 +189,12 @@ def probe_engine(
     writer = RecordWriter(out)
     stop = threading.Event()
 
-    def one(level: int, idx: int, prompt: str, mode: str, length: int) -> None:
+    def one(level: int, idx: int, prompt: str, mode: str, length: int, output: int | None = None) -> None:
         if stop.is_set():
             return
         t0 = time.time()
         try:
-            res, err = server.complete(prompt, plan.output, plan.extra), None
+            res, err = server.complete(prompt, output or plan.output, plan.extra), None
         except Exception as exc:  # recorded, never lost
             res, err = {}, exc
         if res and res["chunks"] < res["output_tokens"]:
@@ -227,6 +230,12 @@ def probe_engine(
                 except BaseException:
                     stop.set()
                     raise
+            if plan.decode_output:  # decodes alone: a short prompt each, all started together
+                with ThreadPoolExecutor(level) as pool:
+                    futures = [pool.submit(one, level, k, text(16, rng), "decode", 16, plan.decode_output)
+                               for k in range(level)]  # fmt: skip
+                    for f in futures:
+                        f.result()
         if plan.shared_prefix:  # pairs, one after the other: the second finds the prefix cached
             for k in range(plan.pairs):
                 prefix = text(plan.shared_prefix, rng)

@@ -49,7 +49,7 @@ class Request:
     def __init__(
         self, env: simpy.Environment, traj: int, context: int, output: int, reusable: int, fresh: bool
     ):
-        self.traj, self.context, self.output = traj, context, output
+        self.traj, self.context, self.output = traj, max(context, 1), output  # at least one token in
         self.reusable, self.fresh = reusable, fresh  # tokens a cached prefix could serve
         self.arrival = env.now
         self.reuse = self.prefill_left = self.decode_left = self.ctx = 0
@@ -129,7 +129,8 @@ class ServingEngine:
                 return self._block()
             req = self.waiting[0]
             own = self.cache.get(req.traj, 0)
-            reuse = 0 if (req.fresh or not self.prefix_cache) else min(own, req.context)
+            # a cached prefix serves all but the last token, which is computed again for its logits
+            reuse = 0 if (req.fresh or not self.prefix_cache) else min(own, req.context - 1)
             hold = req.context + req.output
             free = cap - self.held - (self.cached - own)
             others = [t for t in self.cache if t != req.traj]

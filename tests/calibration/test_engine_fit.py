@@ -16,7 +16,9 @@ from simrollout.sim.serving import ServingTier
 TRUE = {"base": 0.03, "per_prefill_token": 0.0025, "per_decode": 0.004, "per_context_token": 4e-5}
 
 
-def synthetic_probe(levels=(1, 2, 4, 8), prompts=(128, 1024), output=32, per=8, overhead=0.01, seed=0):
+def synthetic_probe(
+    levels=(1, 2, 4, 8), prompts=(128, 1024), output=32, per=8, overhead=0.01, seed=0, decode=False
+):
     """The probe's plan played against the engine model: records as ``probe openai`` writes them."""
     rng = np.random.default_rng(seed)
     spec = {"iteration": TRUE, "kv_capacity_tokens": 16384, "max_batch_tokens": 2048, "overhead": overhead}
@@ -44,6 +46,14 @@ def synthetic_probe(levels=(1, 2, 4, 8), prompts=(128, 1024), output=32, per=8, 
         for _ in range(level):
             env.process(worker())
         env.run()
+        if decode:  # decode runs: ``level`` short prompts with long outputs, started together
+            reqs = [(env.now, tier.request(-1 - k, 16, 96)) for k in range(level)]
+            env.run()
+            recs.extend([{"run_id": "r", "host": "h", "image": "m", "phase": "generate", "ok": True, "start": 2e6 + t0,
+                      "concurrency": level, "mode": "decode", "prompt_tokens": 16, "prompt_length": 16,
+                      "output_tokens": 96, "ttft": r.first - t0, "tpot": (r.end - r.first) / 95,
+                      "latency": r.end - t0, "slots": 8, "slot_context": 2048, "_file": "synthetic.jsonl"}
+                         for t0, r in reqs])  # fmt: skip
     return recs
 
 
@@ -57,6 +67,12 @@ def test_the_fit_recovers_a_known_engine():
     for key, row in fitted["fit"].items():  # the replay on the fitted profile gives the medians back
         assert abs(row["tpot_rel_error"]) < 1e-3 and abs(row["ttft_rel_error"]) < 1e-3, key
     Engine.model_validate(fitted["engine"])
+
+
+def test_decode_runs_give_the_per_decode_cost_directly():
+    it = fit_engine(synthetic_probe(decode=True))["engine"]["iteration"]
+    for k, v in TRUE.items():
+        assert it[k] == pytest.approx(v, rel=0.05), k
 
 
 def test_the_fit_holds_under_measurement_noise():
