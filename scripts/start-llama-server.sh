@@ -30,7 +30,7 @@ if [ ! -x "$BIN" ]; then
 fi
 [ -f "$MODEL" ] || python scripts/tiny_gguf.py "$MODEL"
 nohup env LD_LIBRARY_PATH="$DIR/build/bin" "$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" \
-  -c 16384 -np 8 -t "$(nproc)" >"$DIR/server.log" 2>&1 &
+  -c 16384 -np 8 -t "$(nproc)" --cache-ram 0 >"$DIR/server.log" 2>&1 &
 for _ in $(seq 1 120); do
   curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
   sleep 1

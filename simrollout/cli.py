@@ -680,12 +680,16 @@ def _validate_engine(
         with atomic_folder(record) as tmp:
             data = scn.model_dump(mode="json", by_alias=True, exclude_none=True)
             data["cluster"]["inference"].pop("engine", None)
-            data["cluster"]["inference"]["profile"] = str(profile)
+            # the profile as seen from the record, not this machine's path
+            where = os.path.relpath(profile.resolve(), record.resolve())
+            data["cluster"]["inference"]["profile"] = where
             (tmp / "scenario.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
             real.to_csv(tmp / "real.csv", index=False)
             table.to_csv(tmp / "comparison.csv", index=False)
             server = Server(base_url, model).info()
-            (tmp / "machine.json").write_text(json.dumps({"cpus": os.cpu_count(), **server}, indent=2))
+            kind = "llama.cpp llama-server" if "slots" in server else ""
+            machine = {"cpus": os.cpu_count(), "server": kind, "request_extra": sorted(extra), **server}
+            (tmp / "machine.json").write_text(json.dumps(machine, indent=2))
         typer.echo(f"recorded in {record}/")
     if missed:
         err.print(f"{missed} target(s) missed")

@@ -55,12 +55,14 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     plain = [r for r in ok if r["mode"] == "plain"]
     ones = [r for r in plain if r["concurrency"] == 1]
     # concurrency 1, one request at a time: TTFT is a line in the prompt, TPOT one in the context
-    slope, intercept = np.polyfit([r["prompt_tokens"] for r in ones], [r["ttft"] for r in ones], 1)
-    per_prefill = max(float(slope), 0.0)
+    # (Theil-Sen lines: a few requests slowed by something else on a shared machine do not tilt them)
+    slope, intercept = _line([r["prompt_tokens"] for r in ones], [r["ttft"] for r in ones])
+    # (``intercept`` = overhead + base; with decode runs, the overhead is read from whole latencies)
+    per_prefill = max(slope, 0.0)
     dec = [r for r in ones if r["tpot"] is not None]
     ctx = [r["prompt_tokens"] + r["output_tokens"] / 2 for r in dec]
-    per_context, lone = np.polyfit(ctx, [r["tpot"] for r in dec], 1)
-    per_context, lone = max(float(per_context), 0.0), max(float(lone), 1e-6)  # lone = base + per_decode
+    per_context, lone = _line(ctx, [r["tpot"] for r in dec])
+    per_context, lone = max(per_context, 0.0), max(lone, 1e-6)  # lone = base + per_decode
     slots = next((r.get("slots") for r in ok if r.get("slots")), None)
     slot_ctx = next((r.get("slot_context") for r in ok if r.get("slot_context")), None)
     kv = kv_capacity or (slots * slot_ctx if slots and slot_ctx else None)
@@ -86,10 +88,25 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     runs = [r for r in ok if r["mode"] == "decode" and r["tpot"] is not None]
     per_decode = 0.0
     if len({r["concurrency"] for r in runs}) >= 2:
-        d = np.array([r["concurrency"] for r in runs], float)
-        ctx = d * np.array([r["prompt_tokens"] + r["output_tokens"] / 2 for r in runs], float)
-        slope_d, _ = np.polyfit(d, np.array([r["tpot"] for r in runs]) - per_context * ctx, 1)
-        per_decode = float(np.clip(slope_d, 0.0, lone))
+        # per level, the least disturbed round (noise on a shared machine only adds time)
+        best = {}
+        for r in runs:
+            c = r["concurrency"]
+            if c not in best or r["tpot"] < best[c]["tpot"]:
+                best[c] = r
+        d = np.array(sorted(best), float)
+        ctx = d * np.array([best[c]["prompt_tokens"] + best[c]["output_tokens"] / 2 for c in sorted(best)])
+        slope_d, base_d = _line(d, np.array([best[c]["tpot"] for c in sorted(best)]) - per_context * ctx)
+        per_decode = float(np.clip(slope_d, 0.0, None))
+        lone = max(base_d + per_decode, 1e-6)  # the decode runs' own line, where they were measured
+        # what a request costs beyond its iterations (HTTP, tokenizer, the server's bookkeeping
+        # after the last token), from the lone requests' whole latency
+        rest = []
+        for r in ones:
+            p_, o = r["prompt_tokens"], r["output_tokens"]
+            iters = base_d + per_prefill * p_ + (o - 1) * (lone + per_context * (p_ + o / 2))
+            rest.append(r["latency"] - iters)
+        intercept = base_d + max(float(np.median(rest)), 0.0)
     else:  # ... or, without them, the loaded levels replayed on the model, TPOT medians matched
         loaded = [r for r in plain if r["concurrency"] > 1 and r["tpot"] is not None]
         if loaded:
@@ -107,6 +124,14 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     fitted["overhead"] = float(f"{fitted['overhead']:.4g}")
     model = Engine.model_validate(fitted)
     return {"engine": fitted, "fit": goodness(ok, model)}
+
+
+def _line(x, y) -> tuple[float, float]:
+    """Slope and intercept of a Theil-Sen line (robust to a few outliers)."""
+    from scipy import stats
+
+    res = stats.theilslopes(np.asarray(y, float), np.asarray(x, float))
+    return float(res.slope), float(res.intercept)
 
 
 def _length(r: dict) -> int:

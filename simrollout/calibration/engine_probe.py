@@ -63,6 +63,7 @@ class EnginePlan:
     output: int = 32
     requests: int = 0  # per level and prompt length; 0: max(8, 2 x level)
     decode_output: int = 96  # decode runs: ``level`` requests with a short prompt, started together
+    decode_rounds: int = 3
     shared_prefix: int = 1024  # tokens of the prefix shared by the pairs (0: no pairs)
     pairs: int = 4
     timeout: float = 300.0
@@ -230,8 +231,8 @@ def probe_engine(
                 except BaseException:
                     stop.set()
                     raise
-            if plan.decode_output:  # decodes alone: a short prompt each, all started together
-                with ThreadPoolExecutor(level) as pool:
+            for _ in range(plan.decode_rounds if plan.decode_output else 0):
+                with ThreadPoolExecutor(level) as pool:  # decodes alone: short prompts started together
                     futures = [pool.submit(one, level, k, text(16, rng), "decode", 16, plan.decode_output)
                                for k in range(level)]  # fmt: skip
                     for f in futures:
