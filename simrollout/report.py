@@ -64,6 +64,26 @@ TRAINING = [
 ]
 
 
+SERVING = [
+    ("substrate", "substrate", "{}"),
+    ("concurrency", "conc.", "{:d}"),
+    ("engine_busy_fraction", "engines busy", "{:.0%}"),
+    ("engine_tokens_per_busy_second", "tok/s busy", "{:,.0f}"),
+    ("kv_queued_fraction", "KV queued", "{:.1%}"),
+    ("kv_used_mean", "KV used", "{:.0%}"),
+    ("prefix_hit_rate", "prefix hit", "{:.1%}"),
+    ("reprefilled_tokens", "re-prefilled tok", "{:,.0f}"),
+    ("reprefill_gpu_hours", "re-prefill GPU-h", "{:,.2f}"),
+    ("compactions", "compactions", "{:,d}"),
+    ("ttft_p50", "TTFT p50 s", "{:,.2f}"),
+    ("ttft_p99", "TTFT p99 s", "{:,.2f}"),
+    ("tpot_p50", "TPOT p50 ms", "{:,.1f}"),
+    ("tpot_p99", "TPOT p99 ms", "{:,.1f}"),
+    ("llm_request_p50", "turn p50 s", "{:,.1f}"),
+    ("llm_request_p99", "turn p99 s", "{:,.1f}"),
+]
+
+
 def _table(title: str, cols, summary: pd.DataFrame) -> Table:
     t = Table(title=title)
     for _, head, _ in cols:
@@ -101,6 +121,20 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         "trajectories. Every column: simrollout run --explain; docs/model.md.",
         style="dim",
     )
+    if scn.workload.tokens is not None:
+        inf = scn.cluster.inference
+        ms = result.summary.assign(
+            tpot_p50=result.summary.tpot_p50 * 1e3, tpot_p99=result.summary.tpot_p99 * 1e3
+        )
+        title = (f"serving engines: {inf.engines} x {inf.engine.gpus} GPU, routing {inf.routing}, "
+                 f"prefix cache {'on' if inf.prefix_cache else 'off'}")  # fmt: skip
+        console.print(_table(title, SERVING, ms))
+        console.print(
+            "engines busy: time in iterations; KV queued: turns that waited for KV-cache space; prefix "
+            "hit: share of a turn's previous context found cached; re-prefilled: context computed "
+            "again after an eviction; turn: a request's whole latency (docs/model.md, 'Serving engines').",
+            style="dim",
+        )
     if scn.training is not None:
         tr = scn.training
         title = (
@@ -133,7 +167,8 @@ EXPLAIN = {
     "sandbox-h": "billed sandbox lifetime, create to teardown including time waiting for the LLM, with "
     "minimum billing and idle warm-pool sandboxes, / 3600",
     "GPU-h": "inference engines (and trainer GPUs) x makespan / 3600: provisioned, not used",
-    "GPU idle": "share of GPU time with no request running (and, with training, not training or syncing)",
+    "GPU idle": "share of GPU time with no request running (and, with training, not training or syncing); "
+    "with serving engines, not in an iteration",
     "makespan h": "time until the last trajectory released its rollout worker",
     "traj/h": "completed trajectories per hour of makespan",
     "dur p50 s / dur p99 s": "duration of completed trajectories, from getting a worker to release",
@@ -143,6 +178,7 @@ EXPLAIN = {
     "retries": "further attempts after a failed create or a lost sandbox",
     "sandbox $ / GPU $ / cost $": "sandbox-seconds x price (with minimums), GPU-hours x price, their sum",
     "training table": "see docs/model.md, 'The training loop' and its metrics",
+    "serving table": "with workload.tokens: see docs/model.md, 'Serving engines' and its metrics",
 }
 
 
