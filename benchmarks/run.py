@@ -97,6 +97,35 @@ def step_engine_rate() -> dict:
     }
 
 
+def serving() -> dict:
+    """The serving-engine model: wall of scenarios/serving_tokens.yaml, and how many engine
+    iterations each SimPy event stands for (decode runs summed in closed form)."""
+    import simrollout.sim.model as model
+    from simrollout.scenario import load_scenario
+    from simrollout.sim.serving import ServingTier
+
+    tiers: list = []
+    orig_tier, orig_env = model.ServingTier, simpy.Environment
+
+    def keep(*a, **k):
+        tiers.append(ServingTier(*a, **k))
+        return tiers[-1]
+
+    model.ServingTier, model.simpy.Environment = keep, _Counting
+    try:
+        _Counting.events, _Counting.seconds = 0, 0.0
+        t0 = time.perf_counter()
+        run_scenario(load_scenario(ROOT / "scenarios/serving_tokens.yaml"), jobs=1, keep_records=False)
+        wall = time.perf_counter() - t0
+    finally:
+        model.ServingTier, model.simpy.Environment = orig_tier, orig_env
+    iterations = sum(e.iterations for t in tiers for e in t.engines)
+    requests = sum(t.requests for t in tiers)
+    events = _Counting.events
+    return {"wall_s": round(wall, 1), "requests": requests, "iterations": iterations, "events": events,
+            "iterations_per_event": round(iterations / events, 1)}  # fmt: skip
+
+
 def fidelity_matrix(trajectories: int, steps: int) -> list[dict]:
     """Trajectory vs step fidelity on every row of simrollout.fidelity.matrix(), with the speedup
     and, for the trajectory run, what ``fidelity: auto`` would choose at full size."""
@@ -161,6 +190,7 @@ def main() -> None:
             "mem_gb": round(psutil.virtual_memory().total / 2**30),
         },
         "step_engine": step_engine_rate,
+        "serving": serving,
         "fidelity_matrix": lambda: fidelity_matrix(n_cmp, 20 if args.quick else 30),
     }
     if not args.quick:

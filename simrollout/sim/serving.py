@@ -74,6 +74,7 @@ class ServingEngine:
         self.cached = 0  # tokens in idle prefixes
         self.held = 0  # tokens held by running requests
         self.busy = 0.0  # seconds spent in iterations
+        self.iterations = 0  # iterations run (a closed-form run of decodes counts each)
         self.tokens = 0  # prefill and decode tokens served
         self._wake = env.event()
         self._t = 0.0  # KV occupancy integrals since the last change
@@ -220,6 +221,7 @@ class ServingEngine:
     def _step(self, decodes: list[Request], n: int, seconds: float) -> None:
         """``n`` iterations lasting ``seconds`` in all: every decode gains ``n`` tokens."""
         self.busy += seconds
+        self.iterations += n
         self.tokens += n * len(decodes)
         for r in decodes:
             if r.engine < 0:  # cancelled meanwhile
