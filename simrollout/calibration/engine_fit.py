@@ -96,9 +96,10 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
                 best[c] = r
         d = np.array(sorted(best), float)
         ctx = d * np.array([best[c]["prompt_tokens"] + best[c]["output_tokens"] / 2 for c in sorted(best)])
-        slope_d, base_d = _line(d, np.array([best[c]["tpot"] for c in sorted(best)]) - per_context * ctx)
-        per_decode = float(np.clip(slope_d, 0.0, None))
-        lone = max(base_d + per_decode, 1e-6)  # the decode runs' own line, where they were measured
+        slope_d, _ = _line(d, np.array([best[c]["tpot"] for c in sorted(best)]) - per_context * ctx)
+        # the slope only: one decode's iteration stays the lone requests' (many more of them)
+        per_decode = float(np.clip(slope_d, 0.0, 0.95 * lone))
+        base_d = lone - per_decode
         # what a request costs beyond its iterations (HTTP, tokenizer, the server's bookkeeping
         # after the last token), from the lone requests' whole latency
         rest = []
