@@ -133,18 +133,15 @@ class ServingEngine:
             # a cached prefix serves all but the last token, which is computed again for its logits
             reuse = 0 if (req.fresh or not self.prefix_cache) else min(own, req.context - 1)
             hold = req.context + req.output
-            free = cap - self.held - (self.cached - own)
-            others = [t for t in self.cache if t != req.traj]
-            if hold > free + sum(self.cache[t] for t in others):
+            if hold > cap - self.held:  # not even with every idle prefix evicted
                 return self._block()  # waits for running requests to finish
             self._mark()
-            for t in others:
-                if hold <= cap - self.held - (self.cached - own):
-                    break
-                self._drop(t)
-                self.tier.evicted += 1
-            if own:
+            if own:  # the trajectory's own prefix becomes part of what it holds
                 self._drop(req.traj)
+            while hold > cap - self.held - self.cached:  # evict idle prefixes, least recent first
+                _, tokens = self.cache.popitem(last=False)
+                self.cached -= tokens
+                self.tier.evicted += 1
             self.waiting.popleft()
             self.held += hold
             self.peak_used = max(self.peak_used, self.held + self.cached)
@@ -159,6 +156,7 @@ class ServingEngine:
             r.blocked = True
 
     def _finish(self, req: Request) -> None:
+        self._mark()
         self.running.remove(req)
         self.held -= req.context + req.output
         if self.prefix_cache:
