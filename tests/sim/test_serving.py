@@ -243,3 +243,13 @@ def test_max_context_compacts_and_the_compacted_turn_is_prefilled_whole():
     # nothing cached serves a compacted context: it is prefilled whole, more than the appends
     assert capped["prefill_tokens"] > free["prefill_tokens"]
     assert capped["output_tokens"] == free["output_tokens"]
+
+
+def test_the_training_loop_runs_on_serving_engines():
+    d = scenario(2, concurrency=16)
+    d["workload"].pop("trajectories")
+    d["training"] = {"prompts_per_step": 4, "samples_per_prompt": 4, "steps": 3, "mode": "async",
+                     "max_staleness": 1, "train_time": 20, "placement": "disaggregated", "trainer": {"gpus": 2}}  # fmt: skip
+    r = summary(d)
+    assert r["training_steps_done"] == 3 and r["llm_requests"] >= 3 * 16 * 8 * 0.5
+    assert 0 < r["engine_busy_fraction"] <= 1 and r["ttft_p50"] > 0
