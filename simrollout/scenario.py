@@ -493,14 +493,29 @@ class Scenario(_Model):
 # ---------------------------------------------------------------- loading
 
 
-class ProfileFile(_Model):
-    """A substrate profile under calibration/profiles/ (written by ``simrollout calibrate``)."""
-
+class _ProfileFile(_Model):
     model_config = ConfigDict(extra="allow", frozen=True)
     version: Literal[1]
     name: str
-    substrate: dict
     provenance: dict = {}
+
+
+class ProfileFile(_ProfileFile):
+    """A substrate profile under calibration/profiles/ (written by ``simrollout calibrate``)."""
+
+    substrate: dict
+
+    def check(self) -> None:
+        Substrate.model_validate({"name": self.name, **self.substrate})
+
+
+class EngineProfileFile(_ProfileFile):
+    """An engine profile under calibration/engines/ (published figures or ``simrollout calibrate``)."""
+
+    engine: dict
+
+    def check(self) -> None:
+        Engine.model_validate(self.engine)
 
 
 def _resolve(ref: str, scenario: Path, kind: str = "substrate") -> Path:
@@ -513,35 +528,22 @@ def _resolve(ref: str, scenario: Path, kind: str = "substrate") -> Path:
     )
 
 
-class EngineProfileFile(_Model):
-    """An engine profile under calibration/engines/ (published figures or ``simrollout calibrate``)."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-    version: Literal[1]
-    name: str
-    engine: dict
-    provenance: dict = {}
-
-
-def load_engine_profile(path: Path) -> EngineProfileFile:
+def _load(path: Path, kind: type[_ProfileFile]):
     data, node = load_yaml(path)
     try:
-        prof = EngineProfileFile.model_validate(data)
-        Engine.model_validate(prof.engine)  # errors name the profile file
+        prof = kind.model_validate(data)
+        prof.check()  # its fields now, so errors name the profile file
     except ValidationError as exc:
         raise explain(exc, path, node) from None
     return prof
 
 
 def load_profile(path: Path) -> ProfileFile:
-    data, node = load_yaml(path)
-    try:
-        prof = ProfileFile.model_validate(data)
-        # check its substrate fields now, so errors name the profile file
-        Substrate.model_validate({"name": prof.name, **prof.substrate})
-    except ValidationError as exc:
-        raise explain(exc, path, node) from None
-    return prof
+    return _load(path, ProfileFile)
+
+
+def load_engine_profile(path: Path) -> EngineProfileFile:
+    return _load(path, EngineProfileFile)
 
 
 def _merge(base: dict, over: dict) -> dict:
