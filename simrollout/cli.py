@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -586,7 +585,6 @@ def validate(
 ) -> None:
     """Run a real mini-rollout, simulate the same, and print the difference per metric and target.
     Exit code 1 when a target is missed."""
-    from rich.table import Table
 
     from .calibration.backends import get_backend
     from .calibration.validate import HELD_OUT, compare, mini_rollout_scenario, real_rollout
@@ -624,8 +622,17 @@ def validate(
     real = real_rollout(be, scn, image)
     table = compare(real, scn)
     kind = "held-out workload" if held_out else "workload"
-    t = Table(title=f"validate: {trajectories} x {steps} steps on {backend}, {kind}")
-    for col in ("concurrency", "metric", "real", "simulated (95% range)", "diff %", "target"):
+    title = f"validate: {trajectories} x {steps} steps on {backend}, {kind}"
+    _conclude(title, "simulated (95% range)", table, record, lambda tmp: keep(tmp, scn, real, table, be))
+
+
+def _conclude(title: str, simulated: str, table, record: Path | None, keep) -> None:
+    """Print a validation's comparison with its targets, record it (``keep(folder)``) when asked,
+    and exit 1 when a target is missed."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("concurrency", "metric", "real", simulated, "diff %", "target"):
         t.add_column(col, justify="right")
     missed = 0
     for _, r in table.iterrows():
@@ -639,7 +646,7 @@ def validate(
     Console().print(t)
     if record is not None:
         with atomic_folder(record) as tmp:
-            keep(tmp, scn, real, table, be)
+            keep(tmp)
         typer.echo(f"recorded in {record}/")
     if missed:
         err.print(f"{missed} target(s) missed")
@@ -650,50 +657,21 @@ def _validate_engine(
     profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra
 ) -> None:
     """``validate --engine``: the agent loop on a real server vs its simulation."""
-    import json
-
-    from rich.table import Table
-
     from .calibration.engine_probe import Server
     from .calibration.validate_engine import agent_scenario, compare_engine, real_agent_loop
+    from .calibration.validate_engine import record as keep
 
     if not base_url:
         raise InputError("validate --engine: give --base-url of the server and --profile of its engine.")
     scn = agent_scenario(
         profile, trajectories, steps, levels, prompt=256, appended=64, output=32, tool=tool, seed=seed
     )
-    real = real_agent_loop(Server(base_url, model), scn, seed, extra)
+    server = Server(base_url, model)
+    real = real_agent_loop(server, scn, seed, extra)
     table = compare_engine(real, scn)
-    t = Table(title=f"validate --engine: {trajectories} x {steps} turns on {base_url}")
-    for col in ("concurrency", "metric", "real", "simulated", "diff %", "target"):
-        t.add_column(col, justify="right")
-    missed = 0
-    for _, r in table.iterrows():
-        ok = abs(r.diff_pct) <= r.target_pct
-        missed += not ok
-        t.add_row(str(r.concurrency), r.metric, f"{r.real:.3f}", f"{r.simulated:.3f}", f"{r.diff_pct:+.1f}",
-                  f"{'ok' if ok else 'MISSED'} ±{r.target_pct:.0f}%")  # fmt: skip
-    Console().print(t)
-    if record is not None:
-        import yaml
-
-        with atomic_folder(record) as tmp:
-            data = scn.model_dump(mode="json", by_alias=True, exclude_none=True)
-            data["cluster"]["inference"].pop("engine", None)
-            # the profile as seen from the record, not this machine's path
-            where = os.path.relpath(profile.resolve(), record.resolve())
-            data["cluster"]["inference"]["profile"] = where
-            (tmp / "scenario.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-            real.to_csv(tmp / "real.csv", index=False)
-            table.to_csv(tmp / "comparison.csv", index=False)
-            server = Server(base_url, model).info()
-            kind = "llama.cpp llama-server" if "slots" in server else ""
-            machine = {"cpus": os.cpu_count(), "server": kind, "request_extra": sorted(extra), **server}
-            (tmp / "machine.json").write_text(json.dumps(machine, indent=2))
-        typer.echo(f"recorded in {record}/")
-    if missed:
-        err.print(f"{missed} target(s) missed")
-        raise typer.Exit(1)
+    title = f"validate --engine: {trajectories} x {steps} turns on {base_url}"
+    _conclude(title, "simulated", table, record,
+              lambda tmp: keep(tmp, scn, real, table, server, extra, profile, record))  # fmt: skip
 
 
 class Interrupted(BaseException):

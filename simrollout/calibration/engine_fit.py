@@ -19,6 +19,7 @@ of the replay on the fitted profile, and their relative errors.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -57,8 +58,7 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     # concurrency 1, one request at a time: TTFT is a line in the prompt, TPOT one in the context
     # (Theil-Sen lines: a few requests slowed by something else on a shared machine do not tilt them)
     slope, intercept = _line([r["prompt_tokens"] for r in ones], [r["ttft"] for r in ones])
-    # (``intercept`` = overhead + base; with decode runs, the overhead is read from whole latencies)
-    per_prefill = max(slope, 0.0)
+    per_prefill = max(slope, 0.0)  # ``intercept`` = overhead + base
     dec = [r for r in ones if r["tpot"] is not None]
     ctx = [r["prompt_tokens"] + r["output_tokens"] / 2 for r in dec]
     per_context, lone = _line(ctx, [r["tpot"] for r in dec])
@@ -72,7 +72,9 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
             "start as 'GPU KV cache size: N tokens')."
         )
 
-    def engine(per_decode: float) -> dict:
+    def engine(per_decode: float, overhead: float | None = None) -> dict:
+        """The profile for a split of the lone iteration; the overhead is what the TTFT line's
+        intercept leaves beyond ``base``, unless measured otherwise."""
         base = max(lone - per_decode, 1e-6)
         return {
             "iteration": {"base": base, "per_prefill_token": per_prefill, "per_decode": per_decode,
@@ -80,13 +82,13 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
             "kv_capacity_tokens": int(kv),
             "max_running": int(max_running or slots or 256),
             "max_batch_tokens": 2048 if slots else 8192,  # llama.cpp's -b default; vLLM's chunked prefill
-            "overhead": max(float(intercept) - base, 0.0),
+            "overhead": max(intercept - base, 0.0) if overhead is None else overhead,
         }  # fmt: skip
 
     # how the lone iteration splits into a fixed part and a per-decode part: from the decode runs
     # (short prompts, long outputs, started together: decodes with nothing else in the batch) ...
     runs = [r for r in ok if r["mode"] == "decode" and r["tpot"] is not None]
-    per_decode = 0.0
+    per_decode, overhead = 0.0, None
     if len({r["concurrency"] for r in runs}) >= 2:
         # per level, the least disturbed round (noise on a shared machine only adds time)
         best = {}
@@ -99,15 +101,14 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
         slope_d, _ = _line(d, np.array([best[c]["tpot"] for c in sorted(best)]) - per_context * ctx)
         # the slope only: one decode's iteration stays the lone requests' (many more of them)
         per_decode = float(np.clip(slope_d, 0.0, 0.95 * lone))
-        base_d = lone - per_decode
         # what a request costs beyond its iterations (HTTP, tokenizer, the server's bookkeeping
         # after the last token), from the lone requests' whole latency
         rest = []
         for r in ones:
             p_, o = r["prompt_tokens"], r["output_tokens"]
-            iters = base_d + per_prefill * p_ + (o - 1) * (lone + per_context * (p_ + o / 2))
+            iters = lone - per_decode + per_prefill * p_ + (o - 1) * (lone + per_context * (p_ + o / 2))
             rest.append(r["latency"] - iters)
-        intercept = base_d + max(float(np.median(rest)), 0.0)
+        overhead = max(float(np.median(rest)), 0.0)
     else:  # ... or, without them, the loaded levels replayed on the model, TPOT medians matched
         loaded = [r for r in plain if r["concurrency"] > 1 and r["tpot"] is not None]
         if loaded:
@@ -119,7 +120,7 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
 
             per_decode = float(optimize.minimize_scalar(loss, bounds=(0.0, lone), method="bounded",
                                                         options={"xatol": lone * 1e-4}).x)  # fmt: skip
-    fitted = engine(per_decode)
+    fitted = engine(per_decode, overhead)
     it = fitted["iteration"]
     fitted["iteration"] = {k: float(f"{v:.4g}") for k, v in it.items()}
     fitted["overhead"] = float(f"{fitted['overhead']:.4g}")
@@ -165,14 +166,14 @@ def _replay_level(queue: list[dict], clients: int, model: Engine) -> list[dict]:
 
     env = simpy.Environment()
     tier = ServingTier(env, Inference(engines=1, engine=model, prefix_cache=False))
-    todo, out = list(reversed(queue)), []
+    todo, out, ids = list(reversed(queue)), [], itertools.count()
 
     def client():
         while todo:
             r = todo.pop()
             t0 = env.now
             yield env.timeout(model.overhead)
-            req = tier.request(len(out) + len(todo), r["prompt_tokens"], r["output_tokens"])
+            req = tier.request(next(ids), r["prompt_tokens"], r["output_tokens"])
             yield req.done
             o = r["output_tokens"]
             tpot = (req.end - req.first) / (o - 1) if o > 1 else None

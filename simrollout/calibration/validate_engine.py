@@ -128,3 +128,25 @@ def compare_engine(real: pd.DataFrame, scn: Scenario) -> pd.DataFrame:
             out.append({"concurrency": level, "metric": m, "real": a, "simulated": b, "diff_pct": diff,
                         "target_pct": TARGETS[m]})  # fmt: skip
     return pd.DataFrame(out)
+
+
+def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame, server: Server,
+           extra: dict, profile: Path, target: Path) -> None:  # fmt: skip
+    """Commit-ready record in ``folder`` (to become ``target``): inputs, real measurements,
+    comparison and the server."""
+    import json
+    import os
+
+    import yaml
+
+    data = scn.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data["cluster"]["inference"].pop("engine", None)
+    # the profile as seen from the record, not this machine's path
+    data["cluster"]["inference"]["profile"] = os.path.relpath(profile.resolve(), target.resolve())
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    real.to_csv(folder / "real.csv", index=False)
+    table.to_csv(folder / "comparison.csv", index=False)
+    info = server.info()
+    kind = "llama.cpp llama-server" if "slots" in info else ""
+    machine = {"cpus": os.cpu_count(), "server": kind, "request_extra": sorted(extra), **info}
+    (folder / "machine.json").write_text(json.dumps(machine, indent=2))

@@ -75,7 +75,6 @@ class ServingEngine:
         self.held = 0  # tokens held by running requests
         self.busy = 0.0  # seconds spent in iterations
         self.iterations = 0  # iterations run (a closed-form run of decodes counts each)
-        self.tokens = 0  # prefill and decode tokens served
         self._wake = env.event()
         self._t = 0.0  # KV occupancy integrals since the last change
         self.area_held = self.area_used = 0.0
@@ -164,6 +163,7 @@ class ServingEngine:
                 self._drop(req.traj)
             self.cache[req.traj] = req.ctx
             self.cached += req.ctx
+            self.tier.home[req.traj] = self.index
         req.end = self.env.now
         self._trace()
         self.tier.finished(req)
@@ -198,7 +198,6 @@ class ServingEngine:
                     if r.engine < 0:
                         continue
                     r.prefill_left -= take
-                    self.tokens += take
                     if r.prefill_left == 0:  # the prefill's iteration yields the first token
                         r.first, r.ctx, r.decode_left = env.now, r.context + 1, r.output - 1
                         if r.decode_left == 0:
@@ -220,7 +219,6 @@ class ServingEngine:
         """``n`` iterations lasting ``seconds`` in all: every decode gains ``n`` tokens."""
         self.busy += seconds
         self.iterations += n
-        self.tokens += n * len(decodes)
         for r in decodes:
             if r.engine < 0:  # cancelled meanwhile
                 continue
@@ -253,6 +251,7 @@ class ServingTier:
             ServingEngine(env, spec.engine, spec.prefix_cache, self, k) for k in range(spec.engines)
         ]
         self.sticky = spec.routing == "sticky"
+        self.home: dict[int, int] = {}  # trajectory -> the engine that cached its latest turn
         self.trace: list | None = None  # (time, engine, requests on it) when a timeline is asked for
         self.requests = self.queued = self.evicted = self.compacted = 0
         self.prefill_tokens = self.decode_tokens = 0
@@ -269,10 +268,8 @@ class ServingTier:
         tokens of the context a cached prefix from the trajectory's previous turn could serve."""
         req = Request(self.env, traj, context, output, reusable, fresh)
         engines = self.engines
-        e = None
-        if self.sticky:
-            e = next((k for k, eng in enumerate(engines) if eng.holds(traj)), None)
-        if e is None:
+        e = self.home.get(traj) if self.sticky else None
+        if e is None or not engines[e].holds(traj):  # (sticky: only that engine can hold it)
             e = min(range(len(engines)), key=lambda k: engines[k].load)
         req.engine = e
         engines[e].submit(req)
