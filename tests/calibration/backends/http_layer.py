@@ -1,0 +1,82 @@
+"""Answer an SDK's HTTP requests where they leave the SDK: urllib3's connection pool (the transport
+under the OpenAPI-generated clients of Kubernetes and Daytona) and httpx's transport (E2B).
+
+Everything above it is the installed SDK's own code: its methods, argument validation, URL
+building, request serialisation and response deserialisation into its models. The answers are
+made with the SDK's own model classes; an unrouted request is recorded and answered 404, so a
+wrong method or path fails the test.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, urlsplit
+
+Handler = Callable[..., tuple[int, object]]
+
+
+@dataclass
+class Call:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    body: object
+
+
+@dataclass
+class HTTPService:
+    routes: list[tuple[str, re.Pattern, Handler]] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    unrouted: list[Call] = field(default_factory=list)
+
+    def route(self, method: str, pattern: str, handler: Handler) -> None:
+        self.routes.append((method, re.compile(pattern + "$"), handler))
+
+    def answer(self, method: str, url: str, body) -> tuple[int, bytes]:
+        parts = urlsplit(url)
+        if isinstance(body, (bytes, bytearray)):
+            body = body.decode()
+        try:
+            body = json.loads(body) if body else None
+        except ValueError:
+            pass
+        call = Call(method.upper(), parts.path, parse_qs(parts.query), body)
+        self.calls.append(call)
+        for m, pat, handler in self.routes:
+            match = pat.match(parts.path)
+            if m == call.method and match:
+                status, payload = handler(call, *match.groups())
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                return status, data
+        self.unrouted.append(call)
+        return 404, b'{"message": "not routed"}'
+
+    def made(self, method: str, pattern: str) -> list[Call]:
+        pat = re.compile(pattern + "$")
+        return [c for c in self.calls if c.method == method and pat.match(c.path)]
+
+    def patch_urllib3(self, monkeypatch) -> None:
+        import urllib3
+
+        def urlopen(pool, method, url, body=None, headers=None, **kw):
+            full = url if url.startswith("http") else f"{pool.scheme}://{pool.host}{url}"
+            status, data = self.answer(method, full, body)
+            return urllib3.HTTPResponse(
+                body=io.BytesIO(data), status=status, headers={"Content-Type": "application/json"},
+                preload_content=kw.get("preload_content", True), request_method=method,
+            )  # fmt: skip
+
+        monkeypatch.setattr(urllib3.connectionpool.HTTPConnectionPool, "urlopen", urlopen)
+
+    def patch_httpx(self, monkeypatch) -> None:
+        import httpx
+
+        def handle(transport, request: httpx.Request) -> httpx.Response:
+            status, data = self.answer(request.method, str(request.url), request.read())
+            return httpx.Response(status, content=data, headers={"Content-Type": "application/json"})
+
+        monkeypatch.setattr(httpx.HTTPTransport, "handle_request", handle)
