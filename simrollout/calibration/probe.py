@@ -44,6 +44,16 @@ class ProbeRecord:
     command: str | None = None
 
 
+class CorruptTransfer(RuntimeError):
+    """A download returned other bytes than the upload wrote."""
+
+
+def _same(sent: bytes, got: bytes) -> bytes:
+    if got != sent:
+        raise CorruptTransfer(f"downloaded {len(got)} bytes differ from the {len(sent)} uploaded")
+    return got
+
+
 class RecordWriter:
     """Append-only JSONL, one line per record, flushed immediately; thread-safe."""
 
@@ -153,7 +163,9 @@ def probe(
             if plan.files and backend.supports_files and level == plan.levels[0] and not stop.is_set():
                 data = os.urandom(4096)
                 timed("upload", level, idx, lambda: backend.upload(box, "/tmp/simrollout.bin", data))
-                timed("download", level, idx, lambda: backend.download(box, "/tmp/simrollout.bin"))
+                timed(
+                    "download", level, idx, lambda: _same(data, backend.download(box, "/tmp/simrollout.bin"))
+                )
         finally:
             timed("teardown", level, idx, lambda: backend.remove(box))
             with lock:

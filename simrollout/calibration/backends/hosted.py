@@ -5,9 +5,43 @@ These cannot run without the service's package and an API key; each says which i
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+from importlib.metadata import PackageNotFoundError, version
 
+from ..cleanup import TTL, Owned, owner
 from . import BackendUnavailable, CommandFailed, require
+
+PROJECT, RUN = "simrollout", "simrollout.probe"  # labels: every sandbox; its probe run
+CREATED, OWNER = "simrollout.created", "simrollout.owner"
+READY_TIMEOUT = 300.0
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return ""
+
+
+def _labels(run: str) -> dict[str, str]:
+    """The labels (tags, metadata) every probe sandbox carries."""
+    import time
+
+    return {PROJECT: "probe", RUN: run, CREATED: f"{time.time():.3f}", OWNER: owner()}
+
+
+def _owned(sid: str, labels: dict[str, str], created_at=None) -> Owned:
+    """A listed sandbox as cleanup sees it; the service's creation time when the label is missing."""
+    created = labels.get(CREATED)
+    if created is None and created_at is not None:
+        stamp = (
+            created_at
+            if isinstance(created_at, dt.datetime)
+            else dt.datetime.fromisoformat(str(created_at).replace("Z", "+00:00"))
+        )
+        created = stamp.timestamp()
+    return Owned(sid, labels.get(RUN, ""), float(created or 0.0), labels.get(OWNER, ""))
 
 
 def _need_env(what: str, *names: str) -> None:
@@ -17,10 +51,16 @@ def _need_env(what: str, *names: str) -> None:
 
 
 class DaytonaBackend:
-    """Daytona: ``Daytona().create()``, ``sandbox.process.exec``, ``sandbox.fs``, ``delete``."""
+    """Daytona: a sandbox from a snapshot (an image already built on Daytona: creating from an
+    image would time an image build), ``process.exec``, ``fs``, ``delete(wait=True)``.
+
+    Sandboxes carry the project's labels and ``ttl_minutes`` (destroyed that long after creation,
+    whatever their state) and are ephemeral (deleted when they stop).
+    """
 
     name = "daytona"
     supports_files = True
+    default_image = ""  # the organisation's default snapshot
 
     def __init__(self):
         self.sdk = require("daytona", "daytona", "daytona")
@@ -28,11 +68,22 @@ class DaytonaBackend:
         self.client = self.sdk.Daytona()
 
     def info(self):
-        return {"backend_version": getattr(self.sdk, "__version__", ""), "engine_version": "hosted"}
+        return {"backend_version": _version("daytona"), "engine_version": "hosted"}
 
     def create(self, image, label):
-        params = self.sdk.CreateSandboxFromImageParams(image=image, labels={"simrollout.probe": label})
-        return self.client.create(params) if image else self.client.create()
+        params = self.sdk.CreateSandboxFromSnapshotParams(
+            snapshot=image or None,
+            labels=_labels(label),
+            ttl_minutes=int(TTL // 60),
+            ephemeral=True,
+        )
+        sb = self.client.create(params, timeout=READY_TIMEOUT)
+        try:
+            self.exec(sb, "true")  # ready when a first command answers
+        except BaseException:
+            self.remove(sb)
+            raise
+        return sb
 
     def exec(self, sandbox, command):
         r = sandbox.process.exec(command)
@@ -46,14 +97,24 @@ class DaytonaBackend:
         return sandbox.fs.download_file(path)
 
     def remove(self, sandbox):
-        self.client.delete(sandbox)
+        """Delete and wait until Daytona reports the sandbox destroyed."""
+        self.client.delete(sandbox, timeout=READY_TIMEOUT, wait=True)
+
+    def _listed(self, labels: dict[str, str]) -> list:
+        return list(self.client.list(self.sdk.ListSandboxesQuery(labels=labels)))
+
+    def owned(self) -> list[Owned]:
+        """Every sandbox of the organisation carrying the project's label, from any run."""
+        return [_owned(sb.id, sb.labels or {}, sb.created_at) for sb in self._listed({PROJECT: "probe"})]
+
+    def remove_owned(self, s: Owned) -> None:
+        self.remove(self.client.get(s.id))
 
     def sweep(self, label):
-        found = self.client.list(labels={"simrollout.probe": label})
-        items = getattr(found, "items", found)
-        for sb in items:
-            self.client.delete(sb)
-        return len(items)
+        found = self._listed({RUN: label})
+        for sb in found:
+            self.remove(sb)
+        return len(found)
 
 
 class E2BBackend:

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-Handler = Callable[..., tuple[int, object]]
+Handler = Callable[..., tuple]  # (status, JSON-able or bytes[, headers])
+JSON = {"Content-Type": "application/json"}
 
 
 @dataclass
@@ -24,7 +25,17 @@ class Call:
     method: str
     path: str
     query: dict[str, list[str]]
-    body: object
+    body: object  # parsed JSON, else the raw bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def form(self) -> dict[str, bytes]:
+        """A multipart/form-data body as {field name: content}."""
+        from email.parser import BytesParser
+
+        head = f"Content-Type: {self.headers['content-type']}\r\n\r\n".encode()
+        msg = BytesParser().parsebytes(head + self.body)
+        return {p.get_param("name", header="content-disposition"): p.get_payload(decode=True)
+                for p in msg.get_payload()}  # fmt: skip
 
 
 @dataclass
@@ -36,24 +47,25 @@ class HTTPService:
     def route(self, method: str, pattern: str, handler: Handler) -> None:
         self.routes.append((method, re.compile(pattern + "$"), handler))
 
-    def answer(self, method: str, url: str, body) -> tuple[int, bytes]:
+    def answer(self, method: str, url: str, body, headers=None) -> tuple[int, bytes, dict]:
         parts = urlsplit(url)
-        if isinstance(body, (bytes, bytearray)):
-            body = body.decode()
+        if isinstance(body, str):
+            body = body.encode()
         try:
             body = json.loads(body) if body else None
         except ValueError:
             pass
-        call = Call(method.upper(), parts.path, parse_qs(parts.query), body)
+        headers = {k.lower(): v for k, v in (headers or {}).items()}
+        call = Call(method.upper(), parts.path, parse_qs(parts.query), body, headers)
         self.calls.append(call)
         for m, pat, handler in self.routes:
             match = pat.match(parts.path)
             if m == call.method and match:
-                status, payload = handler(call, *match.groups())
+                status, payload, *extra = handler(call, *match.groups())
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                return status, data
+                return status, data, (extra[0] if extra else JSON)
         self.unrouted.append(call)
-        return 404, b'{"message": "not routed"}'
+        return 404, b'{"message": "not routed"}', JSON
 
     def made(self, method: str, pattern: str) -> list[Call]:
         pat = re.compile(pattern + "$")
@@ -64,9 +76,9 @@ class HTTPService:
 
         def urlopen(pool, method, url, body=None, headers=None, **kw):
             full = url if url.startswith("http") else f"{pool.scheme}://{pool.host}{url}"
-            status, data = self.answer(method, full, body)
+            status, data, head = self.answer(method, full, body, headers)
             return urllib3.HTTPResponse(
-                body=io.BytesIO(data), status=status, headers={"Content-Type": "application/json"},
+                body=io.BytesIO(data), status=status, headers=head,
                 preload_content=kw.get("preload_content", True), request_method=method,
             )  # fmt: skip
 
@@ -76,7 +88,9 @@ class HTTPService:
         import httpx
 
         def handle(transport, request: httpx.Request) -> httpx.Response:
-            status, data = self.answer(request.method, str(request.url), request.read())
-            return httpx.Response(status, content=data, headers={"Content-Type": "application/json"})
+            status, data, head = self.answer(
+                request.method, str(request.url), request.read(), request.headers
+            )
+            return httpx.Response(status, content=data, headers=head)
 
         monkeypatch.setattr(httpx.HTTPTransport, "handle_request", handle)
