@@ -91,7 +91,7 @@ class Daytona:
         from urllib3.filepost import encode_multipart_formdata
 
         req = toolbox.FilesDownloadRequest.from_dict(call.body)
-        parts = {"file": (p, self.files[sid, p], "application/octet-stream") for p in req.paths}
+        parts = [("file", (p, self.files[sid, p], "application/octet-stream")) for p in req.paths]
         body, ctype = encode_multipart_formdata(parts)
         return 200, body, {"Content-Type": ctype}
 
