@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from importlib.metadata import PackageNotFoundError, version
 
 from ..cleanup import TTL, Owned, owner
@@ -15,6 +16,7 @@ from . import BackendUnavailable, CommandFailed, require
 PROJECT, RUN = "simrollout", "simrollout.probe"  # labels: every sandbox; its probe run
 CREATED, OWNER = "simrollout.created", "simrollout.owner"
 READY_TIMEOUT = 300.0
+POLL = 0.1
 
 
 def _version(package: str) -> str:
@@ -26,8 +28,6 @@ def _version(package: str) -> str:
 
 def _labels(run: str) -> dict[str, str]:
     """The labels (tags, metadata) every probe sandbox carries."""
-    import time
-
     return {PROJECT: "probe", RUN: run, CREATED: f"{time.time():.3f}", OWNER: owner()}
 
 
@@ -118,38 +118,79 @@ class DaytonaBackend:
 
 
 class E2BBackend:
-    """E2B: ``Sandbox.create()``, ``sandbox.commands.run``, ``sandbox.files``, ``kill``."""
+    """E2B: ``Sandbox.create``, ``commands.run`` (raises on a non-zero exit), ``files``, ``kill``.
+
+    Sandboxes carry the project's metadata and ``timeout`` = TTL: E2B kills a sandbox when its
+    timeout ends, so one whose probe died stops within that limit.
+    """
 
     name = "e2b"
     supports_files = True
+    default_image = ""  # E2B's 'base' template
 
     def __init__(self):
         self.sdk = require("e2b", "e2b", "e2b")
         _need_env("e2b", "E2B_API_KEY")
 
     def info(self):
-        return {"backend_version": getattr(self.sdk, "__version__", ""), "engine_version": "hosted"}
+        return {"backend_version": _version("e2b"), "engine_version": "hosted"}
 
     def create(self, image, label):
-        kw = {"metadata": {"simrollout.probe": label}}
-        return self.sdk.Sandbox.create(template=image, **kw) if image else self.sdk.Sandbox.create(**kw)
+        sb = self.sdk.Sandbox.create(template=image or None, timeout=int(TTL), metadata=_labels(label))
+        try:
+            self.exec(sb, "true")  # ready when a first command answers
+        except BaseException:
+            self.remove(sb)
+            raise
+        return sb
 
     def exec(self, sandbox, command):
-        r = sandbox.commands.run(command)
-        if r.exit_code != 0:
-            raise CommandFailed(f"exit {r.exit_code}")
+        try:
+            sandbox.commands.run(command)
+        except self.sdk.CommandExitException as exc:
+            raise CommandFailed(f"exit {exc.exit_code}") from None
 
     def upload(self, sandbox, path, data):
         sandbox.files.write(path, data)
 
     def download(self, sandbox, path):
-        return sandbox.files.read(path, format="bytes")
+        return bytes(sandbox.files.read(path, format="bytes"))
 
     def remove(self, sandbox):
-        sandbox.kill()
+        self._kill(sandbox.sandbox_id)
+
+    def _kill(self, sid: str) -> None:
+        """Kill and wait until E2B no longer lists the sandbox as running."""
+        self.sdk.Sandbox.kill(sid)
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                if self.sdk.Sandbox.get_info(sid).state != self.sdk.SandboxState.RUNNING:
+                    return
+            except self.sdk.NotFoundException:
+                return
+            time.sleep(POLL)
+        raise TimeoutError(f"sandbox {sid} still running {READY_TIMEOUT} s after it was killed")
+
+    def _listed(self, metadata: dict[str, str]) -> list:
+        pages = self.sdk.Sandbox.list(query=self.sdk.SandboxQuery(metadata=metadata))
+        found = []
+        while pages.has_next:
+            found += pages.next_items()
+        return found
+
+    def owned(self) -> list[Owned]:
+        """Every running sandbox of the team carrying the project's metadata, from any run."""
+        return [_owned(i.sandbox_id, i.metadata, i.started_at) for i in self._listed({PROJECT: "probe"})]
+
+    def remove_owned(self, s: Owned) -> None:
+        self._kill(s.id)
 
     def sweep(self, label):
-        return 0  # sandboxes die at their timeout; every created one is killed explicitly
+        found = self._listed({RUN: label})
+        for info in found:
+            self._kill(info.sandbox_id)
+        return len(found)
 
 
 class ModalBackend:

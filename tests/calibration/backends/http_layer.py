@@ -53,7 +53,7 @@ class HTTPService:
             body = body.encode()
         try:
             body = json.loads(body) if body else None
-        except ValueError:
+        except (ValueError, UnicodeDecodeError):
             pass
         headers = {k.lower(): v for k, v in (headers or {}).items()}
         call = Call(method.upper(), parts.path, parse_qs(parts.query), body, headers)
@@ -94,3 +94,15 @@ class HTTPService:
             return httpx.Response(status, content=data, headers=head)
 
         monkeypatch.setattr(httpx.HTTPTransport, "handle_request", handle)
+
+    def execute_sync(self, request):
+        """A pyqwest transport (E2B's HTTP layer, under its httpx and Connect RPC clients)."""
+        from pyqwest import Headers, SyncResponse
+
+        body = request.content
+        if body is not None and not isinstance(body, (bytes, bytearray)):
+            body = b"".join(body)
+        status, data, head = self.answer(
+            request.method, str(request.url), body, dict(request.headers.items())
+        )
+        return SyncResponse(status=status, headers=Headers(head), content=data)
