@@ -335,7 +335,9 @@ def probe(
     ),
     mode: str = typer.Option("sequential", help="sequential, staggered or burst."),
     gap: float = typer.Option(0.1, help="Seconds between starts in staggered mode."),
-    image: str = typer.Option("simrollout-busybox:local", help="Image (or template, AMI)."),
+    image: str | None = typer.Option(
+        None, help="Image (or snapshot, template, AMI); default: one that exists on the backend."
+    ),
     command: str = typer.Option("true", help="Command whose exec round trip is timed."),
     base_url: str | None = typer.Option(None, help="openai: the server's URL (http://host:port/v1)."),
     model: str = typer.Option("default", help="openai: the model name the server serves."),
@@ -377,12 +379,13 @@ def probe(
     out = out or Path("calibration/probes") / f"{backend}-{dt.date.today():%Y%m%d}.jsonl"
     if out.is_dir():
         raise InputError(f"-o {out}: is a directory; expected a JSONL file to append probe records to.")
-    if backend not in ("process", "docker") and image.endswith(":local"):
+    if image and backend not in ("process", "docker") and image.endswith(":local"):
         raise InputError(
             f"--image {image}: a tag built on this machine (scripts/start-docker.sh), which the "
             f"{backend} backend cannot pull; give an image (or template, AMI) that exists there."
         )
     be = get_backend(backend)
+    image = be.default_image if image is None else image
     plan = ProbePlan(sandboxes, commands, levels, mode, gap, image, command)
     counts: dict[str, int] = {}
 
@@ -458,7 +461,7 @@ def _probe_openai(out, concurrency, base_url, model, prompts, output_tokens, req
 
 @app.command()
 def cleanup(
-    backend: str = typer.Argument(..., help="process, docker or ec2."),
+    backend: str = typer.Argument(..., help="process, docker, kubernetes, daytona, e2b, modal or ec2."),
     older_than: str = typer.Option(
         "6h", help="Remove sandboxes older than this whose owner cannot be checked."
     ),
@@ -476,11 +479,6 @@ def cleanup(
             f"--older-than: expected a duration like 6h, 30m or 3600s, got '{older_than}'."
         ) from None
     be = get_backend(backend)
-    if not hasattr(be, "owned"):
-        raise InputError(
-            f"cleanup {backend}: not available for this backend yet (its SDK listing is not "
-            "contract-tested); its sandboxes carry the label simrollout.probe and a server-side time limit."
-        )
     found, stale = sweep_stale(be, max_age, dry_run)
     gone = {s.id for s in stale}
     for s in found:

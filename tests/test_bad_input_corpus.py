@@ -220,8 +220,13 @@ NEW = {
     ),
     "probe a local tag on kubernetes": (
         {},
-        ["probe", "kubernetes", "-o", "{p.jsonl}"],
+        ["probe", "kubernetes", "--image", "simrollout-busybox:local", "-o", "{p.jsonl}"],
         ["--image", "cannot pull"],
+    ),
+    "probe kubernetes without a cluster": (
+        {},
+        ["probe", "kubernetes", "-o", "{p.jsonl}"],
+        ["no cluster", "KUBECONFIG"],
     ),
     "probe a local tag on ec2": (
         {},

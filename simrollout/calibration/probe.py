@@ -100,12 +100,13 @@ def probe(
     """Run the plan; returns the run id. Records go to ``out`` as they are measured. First, the
     stale sandboxes of earlier runs (a probe killed hard) are removed; ``on_sweep`` gets their
     count."""
-    if hasattr(backend, "owned"):
-        from .cleanup import sweep_stale
+    if hasattr(backend, "prepare"):  # check or resolve the image once, before any create is timed
+        backend.prepare(plan.image)
+    from .cleanup import sweep_stale
 
-        _, removed = sweep_stale(backend)
-        if on_sweep:
-            on_sweep(len(removed))
+    _, removed = sweep_stale(backend)
+    if on_sweep:
+        on_sweep(len(removed))
     run_id = uuid.uuid4().hex[:12]
     info = backend.info()
     base = dict(

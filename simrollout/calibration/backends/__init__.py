@@ -1,8 +1,10 @@
 """Sandbox backends behind one small interface, loaded lazily by name.
 
-A backend creates a sandbox (returning once its first command can run), executes commands in it,
-optionally moves files, and removes it. Backends whose client library or credentials are missing
-raise :class:`BackendUnavailable` with what to install or set.
+A backend creates a sandbox (returning once its first command has answered), executes commands in
+it, optionally moves files, and removes it (returning once the sandbox is gone). Every sandbox
+carries the project's label, its run, creation time and owner, and the service's own time limit
+where there is one (docs/calibration.md, "What each phase measures"). Backends whose client
+library or credentials are missing raise :class:`BackendUnavailable` with what to install or set.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class BackendUnavailable(InputError):
 class Backend(Protocol):
     name: str
     supports_files: bool
+    default_image: str  # one that exists where the backend runs ("": the service's default)
 
     def info(self) -> dict[str, str]: ...
     def create(self, image: str, label: str) -> Any: ...
@@ -28,6 +31,8 @@ class Backend(Protocol):
     def download(self, sandbox: Any, path: str) -> bytes: ...
     def remove(self, sandbox: Any) -> None: ...
     def sweep(self, label: str) -> int: ...
+    def owned(self) -> list: ...  # every sandbox with the project's label (cleanup.Owned)
+    def remove_owned(self, sandbox) -> None: ...
 
 
 BACKENDS = {

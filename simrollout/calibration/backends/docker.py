@@ -16,6 +16,7 @@ CREATED, OWNER = "simrollout.created", "simrollout.owner"
 
 class DockerBackend:
     name = "docker"
+    default_image = "simrollout-busybox:local"  # built by scripts/start-docker.sh
     supports_files = True
 
     def __init__(self, network: str = "none"):

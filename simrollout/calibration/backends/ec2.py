@@ -25,6 +25,7 @@ GONE = ("terminated",)
 
 class EC2Backend:
     name = "ec2"
+    default_image = ""  # AMI ids are per region: --image is required
     supports_files = False
 
     def __init__(self, instance_type: str = "c5.large"):
@@ -47,12 +48,16 @@ class EC2Backend:
     def info(self):
         return {"backend_version": self.boto3.__version__, "engine_version": self.type}
 
-    def create(self, image, label):
+    def prepare(self, image: str) -> None:
+        """Refuse anything but an AMI id before a probe starts."""
         if not str(image).startswith("ami-"):
             raise BackendUnavailable(
                 f"the ec2 backend needs an AMI id with the SSM agent as --image (ami-...), got "
-                f"'{image}' (a local Docker image tag cannot boot a VM)."
+                f"'{image}' (AMI ids are per region; a local Docker image tag cannot boot a VM)."
             )
+
+    def create(self, image, label):
+        self.prepare(image)
         r = self.ec2.run_instances(
             ImageId=image,
             InstanceType=self.type,

@@ -194,10 +194,16 @@ class E2BBackend:
 
 
 class ModalBackend:
-    """Modal: ``modal.Sandbox.create(app=...)``, ``sandbox.exec``, ``terminate``."""
+    """Modal: ``Sandbox.create(app=..., image=..., tags=..., timeout=TTL)``, ``exec``,
+    ``terminate(wait=True)``.
+
+    ``timeout`` is the server-side limit (Modal ends the sandbox then). The image is resolved
+    (built or pulled by Modal) once in :meth:`prepare`, before any create is timed.
+    """
 
     name = "modal"
     supports_files = False
+    default_image = "busybox:1.36"  # pulled by Modal from Docker Hub
 
     def __init__(self, app_name: str = "simrollout-probe"):
         self.sdk = require("modal", "modal", "modal")
@@ -207,22 +213,33 @@ class ModalBackend:
                 "or run 'modal token new'."
             )
         self.app = self.sdk.App.lookup(app_name, create_if_missing=True)
+        self._images: dict[str, object] = {}
 
     def info(self):
-        return {"backend_version": getattr(self.sdk, "__version__", ""), "engine_version": "hosted"}
+        return {"backend_version": _version("modal"), "engine_version": "hosted"}
+
+    def prepare(self, image: str):
+        """Resolve the image on Modal (a build or pull the first time) outside any timed create."""
+        if image not in self._images:
+            img = self.sdk.Image.from_registry(image) if image else self.sdk.Image.debian_slim()
+            self._images[image] = img.build(self.app)
+        return self._images[image]
 
     def create(self, image, label):
-        img = self.sdk.Image.from_registry(image) if image else self.sdk.Image.debian_slim()
-        sb = self.sdk.Sandbox.create(app=self.app, image=img, timeout=600)
-        sb.set_tags({"simrollout.probe": label})
-        self.exec(sb, "true")
+        img = self.prepare(image)
+        sb = self.sdk.Sandbox.create(app=self.app, image=img, timeout=int(TTL), tags=_labels(label))
+        try:
+            self.exec(sb, "true")  # ready when a first command answers
+        except BaseException:
+            self.remove(sb)
+            raise
         return sb
 
     def exec(self, sandbox, command):
         p = sandbox.exec("sh", "-c", command)
-        p.wait()
-        if p.returncode != 0:
-            raise CommandFailed(f"exit {p.returncode}")
+        code = p.wait()
+        if code != 0:
+            raise CommandFailed(f"exit {code}")
 
     def upload(self, sandbox, path, data):
         raise NotImplementedError
@@ -231,10 +248,21 @@ class ModalBackend:
         raise NotImplementedError
 
     def remove(self, sandbox):
-        sandbox.terminate()
+        """Terminate and wait until Modal reports the sandbox finished."""
+        sandbox.terminate(wait=True)
+
+    def _listed(self, tags: dict[str, str]) -> list:
+        return list(self.sdk.Sandbox.list(app_id=self.app.app_id, tags=tags))
+
+    def owned(self) -> list[Owned]:
+        """Every running sandbox of the app carrying the project's tag, from any run."""
+        return [_owned(sb.object_id, sb.get_tags()) for sb in self._listed({PROJECT: "probe"})]
+
+    def remove_owned(self, s: Owned) -> None:
+        self.remove(self.sdk.Sandbox.from_id(s.id))
 
     def sweep(self, label):
-        found = list(self.sdk.Sandbox.list(app_id=self.app.app_id, tags={"simrollout.probe": label}))
+        found = self._listed({RUN: label})
         for sb in found:
-            sb.terminate()
+            self.remove(sb)
         return len(found)

@@ -17,6 +17,7 @@ from . import CommandFailed
 
 class ProcessBackend:
     name = "process"
+    default_image = "simrollout-busybox:local"  # ignored: a process needs no image
     supports_files = True
 
     def info(self) -> dict[str, str]:
