@@ -95,7 +95,7 @@ def test_docker_probe_killed_hard_leaves_containers_that_cleanup_removes(docker_
         "simrollout-busybox:local", ["/bin/sleep", "1"], detach=True, auto_remove=True
     )
     time.sleep(3)
-    assert c.id not in {x.id for x in docker_engine.containers.list(all=True)}
+    assert c.id not in {x.id for x in docker_engine.containers.list(all=True, sparse=True)}
 
 
 def test_cleanup_refuses_a_backend_it_cannot_list(tmp_path):

@@ -69,14 +69,16 @@ def test_docker_probe_against_the_real_engine(docker_engine, tmp_path):
     assert all(r["engine_version"] for r in recs)
     dl = [r for r in recs if r["phase"] == "download"]
     assert len(dl) == 4 and all(r["ok"] for r in dl)
-    left = docker_engine.containers.list(all=True, filters={"label": f"simrollout.probe={run_id}"})
+    left = docker_engine.containers.list(
+        all=True, sparse=True, filters={"label": f"simrollout.probe={run_id}"}
+    )
     assert left == []
 
 
 @pytest.mark.docker
 def test_interrupted_docker_probe_keeps_records_and_leaves_no_container(docker_engine, tmp_path):
     out = tmp_path / "i.jsonl"
-    before = {c.id for c in docker_engine.containers.list(all=True)}
+    before = {c.id for c in docker_engine.containers.list(all=True, sparse=True)}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -103,14 +105,14 @@ def test_interrupted_docker_probe_keeps_records_and_leaves_no_container(docker_e
             break
         time.sleep(0.1)
     # containers exist mid-probe
-    assert {c.id for c in docker_engine.containers.list(all=True)} - before
+    assert {c.id for c in docker_engine.containers.list(all=True, sparse=True)} - before
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     recs = read_records([out])
     assert len(recs) >= 8 and any(r["phase"] == "teardown" for r in recs)
-    after = {c.id for c in docker_engine.containers.list(all=True)}
+    after = {c.id for c in docker_engine.containers.list(all=True, sparse=True)}
     assert after - before == set()
 
 

@@ -31,7 +31,7 @@ def test_probe_calibrate_validate_on_the_real_engine(docker_engine, tmp_path):
     assert abs(table.loc["makespan", "diff_pct"]) < 35
     assert abs(table.loc["duration_p50", "diff_pct"]) < 35
     assert np.isfinite(table.simulated).all()
-    left = docker_engine.containers.list(all=True, filters={"label": "simrollout.probe"})
+    left = docker_engine.containers.list(all=True, sparse=True, filters={"label": "simrollout.probe"})
     assert [c for c in left if c.labels.get("simrollout.probe", "").startswith("validate-")] == []
 
 

@@ -65,3 +65,14 @@ def require(module: str, extra: str, what: str):
 
 class CommandFailed(RuntimeError):
     """A command in a sandbox exited non-zero."""
+
+
+def answered(backend, sandbox):
+    """End a create: the sandbox is ready once a first command has answered; one that never
+    answers is removed before the error goes on."""
+    try:
+        backend.exec(sandbox, "true")
+    except BaseException:
+        backend.remove(sandbox)
+        raise
+    return sandbox

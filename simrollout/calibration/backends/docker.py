@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 import tarfile
 import time
 
 from ..cleanup import TTL, Owned, owner
-from . import BackendUnavailable, CommandFailed, require
+from . import BackendUnavailable, CommandFailed, answered, require
 
 LABEL = "simrollout.probe"  # the run; beside it the creation time and the owning process
 CREATED, OWNER = "simrollout.created", "simrollout.owner"
@@ -47,12 +46,7 @@ class DockerBackend:
             network_mode=self.network,
             labels={LABEL: label, CREATED: f"{time.time():.3f}", OWNER: owner()},
         )
-        try:
-            self.exec(c, "true")  # ready when a first command runs
-        except Exception:
-            self.remove(c)
-            raise
-        return c
+        return answered(self, c)
 
     def exec(self, sandbox, command: str) -> None:
         code, out = sandbox.exec_run(["/bin/sh", "-c", command])
@@ -82,14 +76,12 @@ class DockerBackend:
                 raise
 
     def owned(self) -> list[Owned]:
-        """Every container carrying the project's label, from any run."""
+        """Every container carrying the project's label, from any run. The listing is sparse (no
+        inspect per container), so a container that removes itself meanwhile is not an error."""
         out = []
-        for c in self.client.containers.list(all=True, filters={"label": LABEL}):
-            labels = c.labels or {}
-            created = labels.get(CREATED)
-            if created is None:  # labelled by an older version: the engine's creation time
-                stamp = c.attrs.get("Created", "")[:26].rstrip("Z")
-                created = dt.datetime.fromisoformat(stamp).replace(tzinfo=dt.timezone.utc).timestamp()
+        for c in self.client.containers.list(all=True, sparse=True, filters={"label": LABEL}):
+            labels = c.attrs.get("Labels") or {}
+            created = labels.get(CREATED, c.attrs.get("Created", 0))  # older versions: the engine's time
             out.append(Owned(c.id, labels.get(LABEL, ""), float(created), labels.get(OWNER, "")))
         return out
 
@@ -100,7 +92,7 @@ class DockerBackend:
             pass
 
     def sweep(self, label: str) -> int:
-        found = self.client.containers.list(all=True, filters={"label": f"{LABEL}={label}"})
+        found = self.client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL}={label}"})
         for c in found:
             try:
                 c.remove(force=True)

@@ -11,7 +11,7 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 
 from ..cleanup import TTL, Owned, owner
-from . import BackendUnavailable, CommandFailed, require
+from . import BackendUnavailable, CommandFailed, answered, require
 
 PROJECT, RUN = "simrollout", "simrollout.probe"  # labels: every sandbox; its probe run
 CREATED, OWNER = "simrollout.created", "simrollout.owner"
@@ -78,12 +78,7 @@ class DaytonaBackend:
             ephemeral=True,
         )
         sb = self.client.create(params, timeout=READY_TIMEOUT)
-        try:
-            self.exec(sb, "true")  # ready when a first command answers
-        except BaseException:
-            self.remove(sb)
-            raise
-        return sb
+        return answered(self, sb)
 
     def exec(self, sandbox, command):
         r = sandbox.process.exec(command)
@@ -137,12 +132,7 @@ class E2BBackend:
 
     def create(self, image, label):
         sb = self.sdk.Sandbox.create(template=image or None, timeout=int(TTL), metadata=_labels(label))
-        try:
-            self.exec(sb, "true")  # ready when a first command answers
-        except BaseException:
-            self.remove(sb)
-            raise
-        return sb
+        return answered(self, sb)
 
     def exec(self, sandbox, command):
         try:
@@ -228,12 +218,7 @@ class ModalBackend:
     def create(self, image, label):
         img = self.prepare(image)
         sb = self.sdk.Sandbox.create(app=self.app, image=img, timeout=int(TTL), tags=_labels(label))
-        try:
-            self.exec(sb, "true")  # ready when a first command answers
-        except BaseException:
-            self.remove(sb)
-            raise
-        return sb
+        return answered(self, sb)
 
     def exec(self, sandbox, command):
         p = sandbox.exec("sh", "-c", command)

@@ -15,7 +15,7 @@ import time
 import uuid
 
 from ..cleanup import TTL, Owned, owner
-from . import BackendUnavailable, CommandFailed, require
+from . import BackendUnavailable, CommandFailed, answered, require
 
 LABEL = "simrollout-probe"
 CREATED, OWNER = "simrollout/created", "simrollout/owner"
@@ -67,11 +67,10 @@ class KubernetesBackend:
         self.api.create_namespaced_pod(self.ns, pod)
         try:
             self._until_running(name)
-            self.exec(name, "true")  # ready when a first command answers
         except BaseException:
             self.remove(name)
             raise
-        return name
+        return answered(self, name)
 
     def _until_running(self, name: str) -> None:
         deadline = time.monotonic() + self.timeout
