@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -102,6 +103,10 @@ def explain(exc: ValidationError, path: str | Path, node: yaml.Node | None = Non
     seen = set()
     for err in exc.errors():
         loc = _clean_loc(err["loc"])
+        if not loc:  # a check across sections names its field first: point at that line
+            named = re.match(r"(?:Value error, )?([a-z_]+(?:\.[a-z_0-9]+)+)\b", err["msg"])
+            if named:
+                loc = tuple(int(k) if k.isdigit() else k for k in named.group(1).split("."))
         dotted = ".".join(str(p) for p in loc) or "(top level)"
         if dotted in seen:
             continue

@@ -92,10 +92,14 @@ def run_cell(
         scn,
         sub,
         cell.gpu_busy_seconds(),
-        extra_sandbox_seconds=cell.fleet.pool_sandbox_seconds,
+        extra_sandbox_seconds=cell.fleet.pool_sandbox_seconds + cell.fleet.parked_seconds,
         peak_sandboxes=cell.fleet.peak_sandboxes,
         pool_idle_seconds=cell.fleet.pool_idle_seconds,
     )
+    if cell.fleet.images is not None:
+        summary.update(cell.fleet.images.summary())
+    if scn.policy.reuse:
+        summary.update(sandboxes_reused=cell.fleet.reuses, reuse_idle_hours=cell.fleet.parked_seconds / 3600)
     if scn.workload.tokens is not None:
         summary.update(cell.tier.summary(cell.acc.end))
     if cell.loop is not None:

@@ -75,6 +75,15 @@ class Tokens(_Model):
         return self
 
 
+class Images(_Model):
+    """Task images: one per task (SWE-bench-style: one image per repository snapshot). Trajectory
+    ``i`` runs task ``(i // samples) % count``: the ``samples`` of a task (a GRPO group) in a row."""
+
+    count: PositiveInt
+    size_gb: Dist  # bytes a host transfers to hold one image (compressed layers), drawn per image
+    samples: PositiveInt | None = None  # per task; default training.samples_per_prompt, else 1
+
+
 class Workload(_Model):
     trajectories: PositiveInt | None = None  # with ``training:``, a cap (else it follows from it)
     steps: Dist
@@ -84,6 +93,7 @@ class Workload(_Model):
     tools: dict[str, Tool] = Field(min_length=1)
     setup: Dist | None = None
     reward: Dist | None = None
+    images: Images | None = None
 
     @model_validator(mode="after")
     def _one_llm_model(self):
@@ -182,6 +192,14 @@ class Billing(_Model):
     minimum_seconds: NonNegativeFloat = 0.0
 
 
+class ImageCache(_Model):
+    """Per host: task images pulled at ``pull_mb_s`` (pulls on a host queue on its link) into a
+    cache of ``cache_gb`` (least recently used image evicted first)."""
+
+    pull_mb_s: PositiveFloat
+    cache_gb: PositiveFloat
+
+
 class Substrate(_Model):
     name: str = Field(min_length=1)
     profile: str | None = None
@@ -194,6 +212,8 @@ class Substrate(_Model):
     capacity: Capacity = Capacity()
     contention: Contention = Contention()
     billing: Billing = Billing()
+    image_cache: ImageCache | None = None  # none: task images are always ready (e.g. prebuilt snapshots)
+    reset: Dist | None = None  # reusing a sandbox for the next sample of its task (policy.reuse)
 
 
 class IterationTime(_Model):
@@ -260,6 +280,7 @@ class Policy(_Model):
     retries: NonNegativeInt = 0
     retry_backoff: NonNegativeFloat = 0.0
     warm_pool: NonNegativeInt = 0
+    reuse: bool = False  # a finished sandbox serves the next sample of its task after substrate.reset
 
     @model_validator(mode="after")
     def _batch(self):
@@ -431,6 +452,32 @@ class Scenario(_Model):
                 "engine.kv_capacity_tokens (more GPUs per engine) or set workload.tokens.max_context"
             )
         return self
+
+    @model_validator(mode="after")
+    def _images_and_reuse(self):
+        img, pol = self.workload.images, self.policy
+        if img is not None and pol.warm_pool:
+            raise ValueError(
+                "policy.warm_pool cannot combine with workload.images: a pool sandbox would need its "
+                "task's image, and per-image warm pools are not modelled; drop one of them"
+            )
+        if pol.reuse:
+            if pol.warm_pool:
+                raise ValueError("policy.reuse cannot combine with policy.warm_pool; drop one of them")
+            missing = [s.name for s in self.substrates if s.reset is None]
+            if missing:
+                raise ValueError(
+                    f"policy.reuse needs each substrate's 'reset' (seconds to reset a sandbox for the "
+                    f"next sample of its task); missing on {missing}"
+                )
+        return self
+
+    def samples_per_task(self) -> int:
+        """Trajectories in a row that run one task (its image; the group a sandbox is reused in)."""
+        img = self.workload.images
+        if img is not None and img.samples is not None:
+            return img.samples
+        return self.training.samples_per_prompt if self.training is not None else 1
 
     @model_validator(mode="after")
     def _training_fits(self):

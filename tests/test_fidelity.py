@@ -16,6 +16,10 @@ def test_trajectory_engine_holds_where_auto_uses_it(row: Row):
     if c.fidelity == "step":  # auto routes this mode to the step engine: say so, nothing to hold
         assert row.policy == "sync" and row.load in ("tier", "both")
         return
+    if row.extra == "reuse":  # the row exercises what it names, in both engines
+        assert c.step.sandboxes_reused > 0 and c.fast.sandboxes_reused > 0
+    if row.extra == "images":
+        assert c.step.image_pulls > 0 and c.fast.image_pulls > 0
     tol = TOLERANCE[row.regime]
     for metric, limit in tol.items():
         assert abs(c.diff(metric)) <= limit, f"{row.name}: {metric} {c.diff(metric):+.2f}% (limit {limit}%)"

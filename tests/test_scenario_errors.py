@@ -36,6 +36,15 @@ CASES = {
         ["workload.llm_time", "unknown distribution kind"],
     ),
     "sync without batch": (make(**{"policy": {"mode": "sync"}}), ["policy", "batch_size"]),
+    "images with a warm pool": (
+        make(**{"workload.images": {"count": 4, "size_gb": 1.0}, "policy.warm_pool": 2}),
+        ["warm_pool", "images", "per-image warm pools"],
+    ),
+    "reuse without reset": (make(**{"policy.reuse": True}), ["policy.reuse", "reset", "['s']"]),
+    "image size negative": (
+        make(**{"workload.images": {"count": 4, "size_gb": -1.0}}),
+        ["workload.images.size_gb", "greater than or equal to 0"],
+    ),
 }
 
 

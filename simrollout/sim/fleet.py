@@ -10,6 +10,7 @@ import numpy as np
 import simpy
 
 from ..scenario import Substrate
+from .images import HostImages
 
 
 class Fleet:
@@ -21,10 +22,12 @@ class Fleet:
         most: int | None = None,
         defer: bool = False,
         refill_rng=None,
+        scn_images=None,
     ):
         """``most``: the most sandboxes the run can ever hold at once (a quota above it never binds).
         ``defer``: nothing observes operations in flight (no contention), so a create's latency is
-        returned for the caller to wait together with the body and the teardown (fewer events)."""
+        returned for the caller to wait together with the body and the teardown (fewer events).
+        ``scn_images``: the task images' sizes (GB), when the workload has task images."""
         self.defer = defer
         # the k-th warm-pool refill draws from refill_rng(k): the same in both fidelities
         self._refill_rng = refill_rng or (lambda k: rng)
@@ -49,6 +52,15 @@ class Fleet:
         self.pool_idle_seconds = 0.0
         self.pool_sandbox_seconds = 0.0  # lifetime of pool sandboxes before they were claimed
         self.peak_sandboxes = 0
+        img, cache = scn_images, sub.image_cache
+        self.images = (
+            HostImages(cap.hosts, img, cache.pull_mb_s, cache.cache_gb)
+            if img is not None and cache is not None
+            else None
+        )
+        self.parked: dict[int, list[tuple[int, float]]] = {}  # task -> [(host, parked at)]
+        self.parked_seconds = 0.0  # sandbox-seconds of reusable sandboxes waiting for their task
+        self.reuses = 0
 
     # ------------------------------------------------------------ operations on a host
     def load(self, host: int) -> float:
@@ -72,9 +84,19 @@ class Fleet:
         self._next_token = t + 1.0 / rate
         return t - self.env.now
 
-    def create(self, base: float, u: float):
-        """Quota, then a create-rate token, then the create itself, which fails when the uniform
-        ``u`` falls below the failure probability at the host's load.
+    def _place(self, image: int) -> int:
+        """The host with the fewest sandboxes; among those, one that holds the task's image."""
+        if self.hosts == 1:
+            return 0
+        if image < 0 or self.images is None:
+            return int(np.argmin(self.sandboxes))
+        fewest = np.flatnonzero(self.sandboxes == self.sandboxes.min())
+        return next((int(h) for h in fewest if self.images.has(h, image)), int(fewest[0]))
+
+    def create(self, base: float, u: float, image: int = -1):
+        """Quota, then a create-rate token, then the task image on the host (pulled on a miss),
+        then the create itself, which fails when the uniform ``u`` falls below the failure
+        probability at the host's load.
 
         Returns ``(host, waited, latency, failed)``; a failed create has released its quota.
         """
@@ -84,19 +106,22 @@ class Fleet:
         delay = self._rate_delay()
         if delay > 0:
             yield self.env.timeout(delay)
-        host = int(np.argmin(self.sandboxes)) if self.hosts > 1 else 0
+        host = self._place(image)
         self.sandboxes[host] += 1
         self.alive += 1
         if self.alive > self.peak_sandboxes:
             self.peak_sandboxes = self.alive
         waited = self.env.now - t0
+        pull = self.images.ready(host, image, self.env.now) if image >= 0 and self.images else 0.0
         fails = u < self.fail["create"](self.load(host) + 1.0)
         if self.defer:
-            latency = base
+            latency = pull + base
             if fails:
                 yield self.env.timeout(latency)
         else:
-            latency = yield from self.op(host, base, "create")
+            if pull:
+                yield self.env.timeout(pull)
+            latency = pull + (yield from self.op(host, base, "create"))
         if fails:
             yield from self.release(host)
         return host, waited, latency, fails
@@ -123,6 +148,29 @@ class Fleet:
         self.alive -= 1
         if self.quota is not None:
             yield self.quota.put(1)
+
+    # ------------------------------------------------------------ reuse within a task
+    def park(self, task: int, host: int) -> None:
+        """Keep a finished sandbox for the next sample of ``task`` (it keeps its slot)."""
+        self.parked.setdefault(task, []).append((host, self.env.now))
+
+    def claim_parked(self, task: int) -> int | None:
+        """The host of a sandbox parked for ``task`` (the longest waiting), or None."""
+        waiting = self.parked.get(task)
+        if not waiting:
+            return None
+        host, since = waiting.pop(0)
+        if not waiting:
+            del self.parked[task]
+        self.parked_seconds += self.env.now - since
+        self.reuses += 1
+        return host
+
+    def close_parked(self, now: float) -> None:
+        """Bill the sandboxes still parked at the end (their tasks' later samples never started)."""
+        for waiting in self.parked.values():
+            self.parked_seconds += sum(now - since for _, since in waiting)
+        self.parked.clear()
 
     # ------------------------------------------------------------ warm pool
     def start_pool(self, size: int):

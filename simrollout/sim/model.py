@@ -93,10 +93,18 @@ class Cell:
         curves = any(isinstance(getattr(f, ph), dict) for ph in ("create", "exec", "teardown"))
         self._loaded = bool((inf and inf.slowdown) or c.create or c.exec or c.teardown or curves)
         defer = not self.step and not self._loaded
+        img = scn.workload.images
+        sizes = img.size_gb.sample(stream(scn.seed, "images"), img.count) if img is not None else None
         self.fleet = Fleet(
             self.env, sub, self.rng, most=concurrency + scn.policy.warm_pool, defer=defer,
             refill_rng=lambda k: stream(scn.seed, rep, "pool", sub.name, concurrency, k),
+            scn_images=sizes,
         )  # fmt: skip
+        # task images and reuse: trajectory i runs task i // G, image task % count
+        self._G = scn.samples_per_task()
+        self._images = img.count if img is not None else 0
+        self._reuse = scn.policy.reuse
+        self._started = 0  # trajectories are started in index order: the next one to start
         tokens = scn.workload.tokens is not None
         self._kv = inf.engine.kv_capacity_tokens if tokens else 0
         self._overhead = inf.engine.overhead if tokens else 0.0
@@ -182,6 +190,7 @@ class Cell:
             main = self.env.process(self._workers(iter(range(n)), self.concurrency))
         self.env.run(until=main)
         self.fleet.close_pool(self.env.now)
+        self.fleet.close_parked(self.env.now)
         self.close()
         if not self.keep:
             return None
@@ -239,22 +248,36 @@ class Cell:
         start = env.now
         deadline = start + (self.scn.policy.timeout or math.inf)
         attempt, waited_all, worker, sandbox, llm_all, steps, warm_hit = 0, 0.0, 0.0, 0.0, 0.0, 0, False
+        task = i // self._G
+        image = task % self._images if self._images else -1
+        self._started = max(self._started, i + 1)
         while True:
             attempt += 1
             first = attempt == 1
             # a retry draws from its own stream: the same numbers in both fidelities
             rng = None if first else stream(self.scn.seed, self.rep, "retry", sub.name, i, attempt)
             warm = fleet.claim_warm()
-            if warm is not None:
+            reused = fleet.claim_parked(task) if self._reuse else None
+            if reused is not None:  # the sandbox of an earlier sample of this task, reset
+                host, billed = reused, 0.0
+                base = float(
+                    sub.reset.sample(stream(self.scn.seed, self.rep, "reset", sub.name, i, attempt), 1)[0]
+                )
+                # a deferred reset is waited with the body, like a deferred create
+                latency = base if fleet.defer else (yield from fleet.op(host, base, "exec"))
+                billed += latency
+                warm_hit = True
+            elif warm is not None:
                 host, billed = warm
                 latency = warm0 if first else float(sub.warm_start.sample(rng, 1)[0])
-                yield env.timeout(latency)
+                if not fleet.defer:  # a deferred warm start is waited with the body
+                    yield env.timeout(latency)
                 billed += latency
                 warm_hit = True
             else:
                 base = cold0 if first else float(sub.cold_start.sample(rng, 1)[0])
                 u = u_create0 if first else rng.random()
-                host, waited, latency, fails = yield from fleet.create(base, u)
+                host, waited, latency, fails = yield from fleet.create(base, u, image)
                 waited_all += waited
                 warm_hit = False
                 billed = latency
@@ -276,6 +299,16 @@ class Cell:
                 status, llm, steps, busy = yield from body(i, host, deadline, fail_call, env.now + lag)
             if fleet.defer:
                 lag += busy
+            if self._reuse and status != LOST and lag:
+                yield env.timeout(lag)  # decide at the body's end, not when a deferred body was drawn
+                lag = 0.0
+            if self._reuse and status != LOST and self._started < min((task + 1) * self._G, self.work.n):
+                # a later sample of this task has not started: it takes this sandbox
+                fleet.park(task, host)
+                llm_all += llm
+                worker += busy - llm
+                sandbox += billed + busy
+                break
             td_base = td0 if first else float(sub.teardown.sample(rng, 1)[0])
             td = yield from fleet.teardown(host, td_base, lag, u_td0 if first else rng.random())
             llm_all += llm
