@@ -339,6 +339,14 @@ def probe(
         None, help="Image (or snapshot, template, AMI); default: one that exists on the backend."
     ),
     command: str = typer.Option("true", help="Command whose exec round trip is timed."),
+    reset: str | None = typer.Option(
+        "rm -rf work && mkdir work && cp -r /etc work/",
+        help="Command timed as a sandbox reset for the next sample of a task, in the sandbox's "
+        "working folder ('' to skip).",
+    ),
+    image_mb: int = typer.Option(
+        64, help="docker: time loading a task image of --image plus this many MB from an archive (0 to skip)."
+    ),
     base_url: str | None = typer.Option(None, help="openai: the server's URL (http://host:port/v1)."),
     model: str = typer.Option("default", help="openai: the model name the server serves."),
     prompts: str = typer.Option("128,1024", help="openai: prompt lengths in tokens."),
@@ -386,7 +394,11 @@ def probe(
         )
     be = get_backend(backend)
     image = be.default_image if image is None else image
-    plan = ProbePlan(sandboxes, commands, levels, mode, gap, image, command)
+    if image_mb < 0:
+        raise InputError(f"--image-mb: expected MB >= 0 (0 skips the task image loads), got {image_mb}.")
+    plan = ProbePlan(
+        sandboxes, commands, levels, mode, gap, image, command, reset=reset or None, image_mb=image_mb
+    )
     counts: dict[str, int] = {}
 
     def seen(rec):
@@ -500,6 +512,9 @@ def calibrate(
     ),
     kv_capacity: int | None = typer.Option(None, help="Engine records: KV-cache tokens per engine."),
     max_running: int | None = typer.Option(None, help="Engine records: requests an engine runs at once."),
+    image_cache_gb: float = typer.Option(
+        100.0, help="With task image pulls in the records: the hosts' image cache, GB (not measured)."
+    ),
 ) -> None:
     """Fit latency distributions to probe records and write a substrate profile (or, from
     ``probe openai`` records, an engine profile)."""
@@ -534,7 +549,9 @@ def calibrate(
         )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        profile, plots = fit(records, name, criterion)
+        if not image_cache_gb > 0:
+            raise InputError(f"--image-cache-gb: expected GB > 0, got {image_cache_gb}.")
+        profile, plots = fit(records, name, criterion, image_cache_gb)
     for w in caught:
         err.print(f"warning: {w.message}")
     write_profile(profile, out)

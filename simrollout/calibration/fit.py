@@ -224,9 +224,22 @@ def coverage(per_level: dict[int, dict]) -> dict:
     }
 
 
-def calibrate(records: list[dict], name: str, criterion: str = "aic") -> tuple[dict, dict]:
-    """Records -> (profile mapping, per-phase fits with their samples, for plots)."""
+def pull_rate(pulls: list[dict]) -> float | None:
+    """MB/s of task image loads: the median of archive bytes over load time, successful ones."""
+    rates = [
+        r["bytes"] / r["latency"] / 2**20 for r in pulls if r["ok"] and r.get("bytes") and r["latency"] > 0
+    ]
+    return round(float(np.median(rates)), 2) if rates else None
+
+
+def calibrate(
+    records: list[dict], name: str, criterion: str = "aic", image_cache_gb: float = 100.0
+) -> tuple[dict, dict]:
+    """Records -> (profile mapping, per-phase fits with their samples, for plots). Pull records
+    give ``image_cache.pull_mb_s`` (its ``cache_gb`` is ``image_cache_gb``, not measured); reset
+    records give ``reset``."""
     by_phase = _check(records)
+    pulls = by_phase.pop("pull", [])
     load = dict(zip((id(r) for r in records), in_flight(records)))
     substrate: dict = {"failures": {}, "contention": {}}
     fits_out, plots = {}, {}
@@ -266,6 +279,8 @@ def calibrate(records: list[dict], name: str, criterion: str = "aic") -> tuple[d
             "coverage": coverage(per_level) if phase in PHASE_FIELD else None,
         }
         plots[phase] = (base, fit["dist"], fit["selected"])
+        if phase == "reset":
+            substrate["reset"] = dump_dist(fit["dist"])
         if phase in PHASE_FIELD:
             substrate[PHASE_FIELD[phase]] = dump_dist(fit["dist"])
             total = sum(p["n"] for p in per_level.values())
@@ -276,6 +291,9 @@ def calibrate(records: list[dict], name: str, criterion: str = "aic") -> tuple[d
                     max(1.0, lv["in_flight"]): round(lv["failures"] / lv["n"], 5) for lv in per_level.values()
                 }
             substrate["contention"][phase] = curve or 0.0
+    rate = pull_rate(pulls)
+    if rate:
+        substrate["image_cache"] = {"pull_mb_s": rate, "cache_gb": image_cache_gb}
     first = records[0]
     profile = {
         "version": 1,
@@ -290,7 +308,12 @@ def calibrate(records: list[dict], name: str, criterion: str = "aic") -> tuple[d
             "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
             "probe_files": sorted({Path(r["_file"]).name for r in records}),
             "runs": sorted({r["run_id"] for r in records}),
-            "samples": {p: len(rs) for p, rs in by_phase.items()},
+            "samples": {p: len(rs) for p, rs in by_phase.items()} | ({"pull": len(pulls)} if pulls else {}),
+            **(
+                {"image_cache": f"pull_mb_s from {len(pulls)} task image loads; cache_gb given, not measured"}
+                if rate
+                else {}
+            ),
         },
         "substrate": substrate,
         "fits": fits_out,

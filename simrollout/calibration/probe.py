@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from .backends import Backend
 
-PHASES = ("create", "exec", "upload", "download", "teardown")
+PHASES = ("create", "exec", "upload", "download", "teardown", "reset", "pull")
 MODES = ("sequential", "staggered", "burst")
 
 
@@ -33,7 +34,7 @@ class ProbeRecord:
     engine_version: str
     host: str
     image: str
-    phase: str  # create | exec | upload | download | teardown
+    phase: str  # create | exec | upload | download | teardown | reset | pull
     start: float  # unix time, s
     latency: float  # s
     concurrency: int
@@ -42,6 +43,7 @@ class ProbeRecord:
     error: str | None  # exception class when not ok
     sandbox: int
     command: str | None = None
+    bytes: int | None = None  # pull: the task image archive's size
 
 
 class CorruptTransfer(RuntimeError):
@@ -84,6 +86,9 @@ class ProbePlan:
     image: str = "simrollout-busybox:local"
     command: str = "true"
     files: bool = True  # time a small upload and download where the backend has them
+    reset: str | None = None  # time this command as a sandbox reset (reuse within a task)
+    image_mb: int = 0  # time loading a task image of the image plus this many MB (docker)
+    pulls: int = 5  # task image loads, at the first level, one at a time
 
     def count(self, level: int) -> int:
         """Lifecycles at ``level``: enough to fill it twice and give 32 samples of each phase."""
@@ -123,7 +128,7 @@ def probe(
     live: dict[int, object] = {}
     lock = threading.Lock()
 
-    def timed(phase, level, idx, fn, command=None):
+    def timed(phase, level, idx, fn, command=None, size=None):
         t0, w0 = time.time(), time.perf_counter()
         err = None
         try:
@@ -140,6 +145,7 @@ def probe(
             error=None if err is None else type(err).__name__,
             sandbox=idx,
             command=command,
+            bytes=size,
         )
         writer.write(rec)
         if on_record:
@@ -162,15 +168,27 @@ def probe(
             # file transfers are timed at the first level only: the model has no such operation,
             # so under load they would only inflate the contention of the others
             if plan.files and backend.supports_files and level == plan.levels[0] and not stop.is_set():
-                data = os.urandom(4096)
-                timed("upload", level, idx, lambda: backend.upload(box, "/tmp/simrollout.bin", data))
-                timed(
-                    "download", level, idx, lambda: _same(data, backend.download(box, "/tmp/simrollout.bin"))
-                )
+                data, path = os.urandom(4096), "/tmp/simrollout.bin"
+                timed("upload", level, idx, lambda: backend.upload(box, path, data))
+                timed("download", level, idx, lambda: _same(data, backend.download(box, path)))
+            if plan.reset and level == plan.levels[0] and not stop.is_set():
+                timed("reset", level, idx, lambda: backend.exec(box, plan.reset), plan.reset)
         finally:
             timed("teardown", level, idx, lambda: backend.remove(box))
             with lock:
                 live.pop(id(box), None)
+
+    def pulls(level: int) -> None:
+        """Task image loads from a local archive, one at a time (the backend's pull link)."""
+        if not (plan.image_mb and hasattr(backend, "pull")):
+            return
+        with tempfile.TemporaryDirectory(prefix="simrollout-image-") as folder:
+            archive, size = backend.image_archive(plan.image, plan.image_mb, Path(folder))
+            for k in range(plan.pulls):
+                if stop.is_set():
+                    break
+                ids, _ = timed("pull", level, k, lambda: backend.pull(archive), size=size)
+                backend.drop_images(ids or [])
 
     previous = signal.getsignal(signal.SIGTERM)
     if threading.current_thread() is threading.main_thread():
@@ -189,6 +207,8 @@ def probe(
                         futures.append(pool.submit(lifecycle, level, idx))
                     for f in futures:
                         f.result()
+                    if level == plan.levels[0]:
+                        pulls(level)
                 except BaseException:
                     stop.set()  # running lifecycles stop between operations and tear down
                     for f in futures:
@@ -222,7 +242,7 @@ def read_records(paths: list[Path]) -> list[dict]:
     from ..errors import InputError, read_text
 
     out = []
-    required = {f for f in ProbeRecord.__dataclass_fields__ if f != "command"}
+    required = {f for f in ProbeRecord.__dataclass_fields__ if f not in ("command", "bytes")}
     for path in paths:
         for n, line in enumerate(read_text(path, "JSONL file of probe records").splitlines(), 1):
             if not line.strip():

@@ -210,3 +210,24 @@ def test_a_calibrated_curve_predicts_unmeasured_levels_of_a_known_law(tmp_path):
     f = slowdown(prof["substrate"]["contention"]["create"])
     for n in (12, 48, 100):
         assert f(n) == pytest.approx(float(law(n, *truth)), rel=0.10), n
+
+
+def test_pull_records_give_the_pull_rate_and_reset_records_the_reset(tmp_path):
+    p = records(
+        tmp_path, {"create": LOGN, "exec": LOGN, "teardown": LOGN, "reset": (lambda r: r.gamma(4, 0.05), 0.0)}
+    )
+    recs = read_records([p])
+    # five loads of a 64 MiB archive at 32, 64 (x3) and 128 MiB/s, and one failed load
+    for k, secs in enumerate([2.0, 1.0, 1.0, 1.0, 0.5, 0.1]):
+        recs.append({**recs[0], "phase": "pull", "latency": secs, "bytes": 64 * 2**20, "sandbox": k,
+                     "ok": k < 5, "start": 1e6 + k})  # fmt: skip
+    profile, _ = calibrate(recs, "x", image_cache_gb=40.0)
+    sub = profile["substrate"]
+    assert sub["image_cache"] == {"pull_mb_s": 64.0, "cache_gb": 40.0}
+    assert "not measured" in profile["provenance"]["image_cache"]
+    assert sub["reset"]["kind"] in ("gamma", "lognormal", "weibull", "loglogistic", "mixture", "exponential")
+    assert profile["provenance"]["samples"]["pull"] == 6
+    # without pull or reset records the profile has neither
+    plain, _ = calibrate(read_records([records(tmp_path, {"create": LOGN, "exec": LOGN, "teardown": LOGN},
+                                               name="plain.jsonl")]), "y")  # fmt: skip
+    assert "image_cache" not in plain["substrate"] and "reset" not in plain["substrate"]

@@ -60,6 +60,26 @@ def test_unknown_backend():
         get_backend("nope")
 
 
+def test_docker_probe_times_task_image_loads_and_resets_for_real(docker_engine, tmp_path):
+    out = tmp_path / "d.jsonl"
+    images_before = {i.id for i in docker_engine.images.list(all=True)}
+    plan = ProbePlan(sandboxes=3, commands=2, levels=(1, 2), files=False, reset="rm -rf /tmp/w && mkdir /tmp/w",
+                     image_mb=8, pulls=3)  # fmt: skip
+    probe(get_backend("docker"), plan, out)
+    recs = read_records([out])
+    pulls = [r for r in recs if r["phase"] == "pull"]
+    resets = [r for r in recs if r["phase"] == "reset"]
+    assert len(pulls) == 3 and all(r["ok"] and r["bytes"] > 8 * 2**20 for r in pulls)
+    assert len(resets) == 3 and all(r["ok"] and r["concurrency"] == 1 for r in resets)  # first level only
+    # the task image and its loads are gone again: only what was there before
+    assert {i.id for i in docker_engine.images.list(all=True)} == images_before
+    # calibrate turns them into the image cache's pull rate and the reset distribution
+    from simrollout.calibration.fit import pull_rate
+
+    rate = pull_rate(pulls)
+    assert rate == pytest.approx(sorted(r["bytes"] / r["latency"] / 2**20 for r in pulls)[1], rel=1e-3)
+
+
 @pytest.mark.docker
 def test_docker_probe_against_the_real_engine(docker_engine, tmp_path):
     out = tmp_path / "d.jsonl"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import tarfile
 import time
+import uuid
+from pathlib import Path
 
 from ..cleanup import TTL, Owned, owner
 from . import BackendUnavailable, CommandFailed, answered, require
@@ -74,6 +76,42 @@ class DockerBackend:
         except self._docker.errors.APIError as exc:
             if "already in progress" not in str(exc):
                 raise
+
+    # ------------------------------------------------------------ task images
+    def image_archive(self, image: str, mb: int, folder: Path) -> tuple[Path, int]:
+        """A task image: ``image`` plus a layer of ``mb`` MB of random data, saved to an archive in
+        ``folder`` and removed from the engine (untimed). Returns the archive and its bytes."""
+        c = self.client.containers.run(
+            image,
+            command=["/bin/sh", "-c", f"dd if=/dev/urandom of=/task.bin bs=1048576 count={mb} 2>/dev/null"],
+            detach=True,
+            network_mode=self.network,
+            labels={LABEL: "task-image", CREATED: f"{time.time():.3f}", OWNER: owner()},
+        )
+        try:
+            c.wait(timeout=600)
+            img = c.commit(repository="simrollout-task", tag=uuid.uuid4().hex[:10])
+        finally:
+            c.remove(force=True)
+        path = folder / "task-image.tar"
+        with open(path, "wb") as f:
+            for chunk in img.save(named=True):
+                f.write(chunk)
+        self.client.images.remove(img.id, force=True)
+        return path, path.stat().st_size
+
+    def pull(self, archive: Path) -> list[str]:
+        """Load a task image from its archive: a pull without the network (timed). Returns its ids."""
+        with open(archive, "rb") as f:
+            return [im.id for im in self.client.images.load(f)]
+
+    def drop_images(self, ids: list[str]) -> None:
+        """Remove loaded task images, so the next pull starts from none (untimed)."""
+        for i in ids:
+            try:
+                self.client.images.remove(i, force=True)
+            except self._docker.errors.NotFound:
+                pass
 
     def owned(self) -> list[Owned]:
         """Every container carrying the project's label, from any run. The listing is sparse (no
