@@ -202,6 +202,11 @@ def plan(
         raise InputError(
             f"{scn._source}: --engines needs cluster.inference in the scenario (engines to count)."
         )
+    if warm_pool and any(warm_pool) and (scn.workload.images is not None or scn.policy.reuse):
+        raise InputError(
+            f"{scn._source}: --warm-pool cannot be searched with task images or sandbox reuse "
+            "(per-image warm pools are not modelled); drop --warm-pool."
+        )
     n_full = scn.trajectories
     levels = concurrency or [2**k for k in range(6, 15)]
     pools = warm_pool or [scn.policy.warm_pool]
