@@ -50,7 +50,7 @@ class Row:
 
     policy: str  # async | sync | poisson
     load: str  # none | host | tier | both
-    extra: str = ""  # "", warm_pool, failures, timeouts, images, reuse
+    extra: str = ""  # "", warm_pool, failures, timeouts, images, prefetch, reuse
     scenario: dict = field(default_factory=dict)
 
     @property
@@ -114,11 +114,13 @@ def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
         pol["warm_pool"] = concurrency // 4
         sub["create_rate"] = 50
         sub["warm_start"] = {"kind": "lognormal", "median": 0.05, "p99": 0.3}
-    elif row.extra in ("images", "reuse"):
+    elif row.extra in ("images", "reuse", "prefetch"):
         # SWE-bench-like task images (8 samples per task) pulled into small per-host caches
         d["workload"]["images"] = {"count": 64, "samples": 8,
                                    "size_gb": {"kind": "lognormal", "median": 0.4, "p99": 2.0}}  # fmt: skip
         sub["image_cache"] = {"pull_mb_s": 62.5, "cache_gb": 4.0}
+        if row.extra == "prefetch":  # a warm pool with task images creates later trajectories' sandboxes
+            pol["warm_pool"] = concurrency // 4
         if row.extra == "reuse":  # tasks with more samples than slots: finished sandboxes are reused
             d["workload"]["images"]["samples"] = 2 * concurrency
             sub["reset"] = {"kind": "lognormal", "median": 0.2, "p99": 1.0}
@@ -136,7 +138,7 @@ def matrix() -> list[Row]:
     """Every policy under every load, and warm pool, failures, timeouts, task images and sandbox
     reuse under both extremes."""
     rows = [Row(p, ld) for p in ("async", "sync", "poisson") for ld in LOADS]
-    rows += [Row(p, ld, x) for x in ("warm_pool", "failures", "timeouts", "images", "reuse")
+    rows += [Row(p, ld, x) for x in ("warm_pool", "failures", "timeouts", "images", "prefetch", "reuse")
              for p in ("async", "sync") for ld in ("none", "both")]  # fmt: skip
     return rows
 

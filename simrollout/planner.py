@@ -202,10 +202,10 @@ def plan(
         raise InputError(
             f"{scn._source}: --engines needs cluster.inference in the scenario (engines to count)."
         )
-    if warm_pool and any(warm_pool) and (scn.workload.images is not None or scn.policy.reuse):
+    if warm_pool and any(warm_pool) and scn.policy.reuse:
         raise InputError(
-            f"{scn._source}: --warm-pool cannot be searched with task images or sandbox reuse "
-            "(per-image warm pools are not modelled); drop --warm-pool."
+            f"{scn._source}: --warm-pool cannot be searched with policy.reuse (a reused sandbox "
+            "and a warm one compete for the same start); drop --warm-pool or reuse."
         )
     n_full = scn.trajectories
     levels = concurrency or [2**k for k in range(6, 15)]

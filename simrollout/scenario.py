@@ -454,13 +454,8 @@ class Scenario(_Model):
         return self
 
     @model_validator(mode="after")
-    def _images_and_reuse(self):
-        img, pol = self.workload.images, self.policy
-        if img is not None and pol.warm_pool:
-            raise ValueError(
-                "policy.warm_pool cannot combine with workload.images: a pool sandbox would need its "
-                "task's image, and per-image warm pools are not modelled; drop one of them"
-            )
+    def _reuse_needs_reset(self):
+        pol = self.policy
         if pol.reuse:
             if pol.warm_pool:
                 raise ValueError("policy.reuse cannot combine with policy.warm_pool; drop one of them")

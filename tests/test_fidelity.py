@@ -18,8 +18,10 @@ def test_trajectory_engine_holds_where_auto_uses_it(row: Row):
         return
     if row.extra == "reuse":  # the row exercises what it names, in both engines
         assert c.step.sandboxes_reused > 0 and c.fast.sandboxes_reused > 0
-    if row.extra == "images":
+    if row.extra in ("images", "prefetch"):
         assert c.step.image_pulls > 0 and c.fast.image_pulls > 0
+    if row.extra == "prefetch":
+        assert c.step.warm_hit_fraction > 0.5 and c.fast.warm_hit_fraction > 0.5
     tol = TOLERANCE[row.regime]
     for metric, limit in tol.items():
         assert abs(c.diff(metric)) <= limit, f"{row.name}: {metric} {c.diff(metric):+.2f}% (limit {limit}%)"

@@ -43,11 +43,14 @@ def test_sweep_over_the_image_cache(tmp_path, root):
     assert one.loc[1, "worker_hours"] > one.loc[50, "worker_hours"]  # a 1 GB cache pulls again and again
 
 
-def test_plan_with_images_and_no_warm_pool_search(tmp_path, root):
+def test_plan_with_images_searches_warm_pools(tmp_path, root):
     p = small(tmp_path, root)
     r = cli(
         "plan", p, "--deadline", "30d", "--concurrency", "16,32", "--check", "0", "--out", tmp_path / "pl"
     )
     assert r.returncode == 0, r.stderr
-    r = cli("plan", p, "--deadline", "30d", "--concurrency", "16", "--warm-pool", "0,8")
-    assert r.returncode == 2 and "per-image warm pools" in " ".join(r.stderr.split())
+    r = cli("plan", p, "--deadline", "30d", "--concurrency", "16", "--warm-pool", "0,8", "--check", "0",
+            "--out", tmp_path / "plan.csv")  # fmt: skip
+    assert r.returncode == 0, r.stderr  # a warm pool with task images prefetches their sandboxes
+    pl = pd.read_csv(tmp_path / "plan.csv")
+    assert set(pl.warm_pool) == {0, 8}

@@ -36,9 +36,9 @@ CASES = {
         ["workload.llm_time", "unknown distribution kind"],
     ),
     "sync without batch": (make(**{"policy": {"mode": "sync"}}), ["policy", "batch_size"]),
-    "images with a warm pool": (
-        make(**{"workload.images": {"count": 4, "size_gb": 1.0}, "policy.warm_pool": 2}),
-        ["warm_pool", "images", "per-image warm pools"],
+    "reuse with a warm pool": (
+        make(**{"policy.reuse": True, "policy.warm_pool": 2, "substrates.0.reset": 0.1}),
+        ["policy.reuse", "warm_pool"],
     ),
     "reuse without reset": (make(**{"policy.reuse": True}), ["policy.reuse", "reset", "['s']"]),
     "image size negative": (

@@ -105,6 +105,10 @@ class Cell:
         self._images = img.count if img is not None else 0
         self._reuse = scn.policy.reuse
         self._started = 0  # trajectories are started in index order: the next one to start
+        # with task images the warm pool prefetches: when trajectory i starts, the sandbox of
+        # trajectory i + warm_pool is created with its image, and that trajectory takes it
+        self._ahead = scn.policy.warm_pool if self._images else 0
+        self._prefetched: dict[int, simpy.Process] = {}
         tokens = scn.workload.tokens is not None
         self._kv = inf.engine.kv_capacity_tokens if tokens else 0
         self._overhead = inf.engine.overhead if tokens else 0.0
@@ -177,7 +181,7 @@ class Cell:
     def run(self) -> Records | None:
         """Simulate; returns the per-trajectory records when ``keep``, else None (see ``acc``)."""
         pol, n = self.scn.policy, self.work.n
-        if pol.warm_pool:
+        if pol.warm_pool and not self._images:
             self.fleet.start_pool(pol.warm_pool)
         if self.scn.training is not None:
             from .training import TrainingLoop
@@ -191,6 +195,9 @@ class Cell:
         self.env.run(until=main)
         self.fleet.close_pool(self.env.now)
         self.fleet.close_parked(self.env.now)
+        for proc in self._prefetched.values():  # created ahead for trajectories that never started
+            if proc.triggered and proc.value is not None:
+                self.fleet.pool_sandbox_seconds += self.env.now - proc.value[1]
         self.close()
         if not self.keep:
             return None
@@ -251,12 +258,22 @@ class Cell:
         task = i // self._G
         image = task % self._images if self._images else -1
         self._started = max(self._started, i + 1)
+        if self._ahead and i + self._ahead < self.work.n and i + self._ahead not in self._prefetched:
+            j = i + self._ahead
+            self._prefetched[j] = env.process(self._prefetch(j))
         while True:
             attempt += 1
             first = attempt == 1
             # a retry draws from its own stream: the same numbers in both fidelities
             rng = None if first else stream(self.scn.seed, self.rep, "retry", sub.name, i, attempt)
-            warm = fleet.claim_warm()
+            warm, ahead = fleet.claim_warm(), 0.0
+            if first and i in self._prefetched:  # its own sandbox, created ahead (waited if not ready)
+                t_ask = env.now
+                got = yield self._prefetched.pop(i)
+                if got is not None:
+                    host, created, ready = got
+                    fleet.pool_idle_seconds += env.now - ready
+                    warm, ahead = (host, env.now - created), env.now - t_ask
             reused = fleet.claim_parked(task) if self._reuse else None
             if reused is not None:  # the sandbox of an earlier sample of this task, reset
                 host, billed = reused, 0.0
@@ -269,9 +286,10 @@ class Cell:
                 warm_hit = True
             elif warm is not None:
                 host, billed = warm
-                latency = warm0 if first else float(sub.warm_start.sample(rng, 1)[0])
+                start_warm = warm0 if first else float(sub.warm_start.sample(rng, 1)[0])
                 if not fleet.defer:  # a deferred warm start is waited with the body
-                    yield env.timeout(latency)
+                    yield env.timeout(start_warm)
+                latency = ahead + start_warm  # with a prefetch still being created, its rest too
                 billed += latency
                 warm_hit = True
             else:
@@ -289,7 +307,7 @@ class Cell:
                     status = FAILED
                     break
             worker += latency
-            lag = latency if fleet.defer else 0.0  # a deferred create is waited with the body
+            lag = latency - ahead if fleet.defer else 0.0  # a deferred create is waited with the body
             if i in self.cancelled:  # cancelled by the training loop while it waited for a sandbox
                 status, llm, busy = CANCELLED, 0.0, 0.0
             else:
@@ -340,6 +358,20 @@ class Cell:
         if st.left == 0:
             self._finish(i // CHUNK)
         return row
+
+    def _prefetch(self, j: int):
+        """Create trajectory ``j``'s sandbox with its image ahead of its start: ``(host, created,
+        ready)``, or None when the create failed (the trajectory then creates its own)."""
+        fleet, sub = self.fleet, self.sub
+        rng = stream(self.scn.seed, self.rep, "prefetch", sub.name, j)
+        t0, image = self.env.now, (j // self._G) % self._images
+        base = float(sub.cold_start.sample(rng, 1)[0])
+        host, _, latency, fails = yield from fleet.create(base, rng.random(), image)
+        if fails:
+            return None
+        if fleet.defer:  # a deferred create returns before its latency has passed
+            yield self.env.timeout(latency)
+        return host, t0, self.env.now
 
     def _trace(self, i: int, row) -> None:
         """Spans of a timeline (simrollout.timeline): the trajectory, and its sandbox's create."""

@@ -122,3 +122,32 @@ def test_a_warm_start_is_waited_once_in_both_fidelities():
                     "policy.warm_pool": 1, "fidelity": fid})  # fmt: skip
         ends[fid] = records(d)[0].end.tolist()
     assert ends["step"] == ends["trajectory"] == pytest.approx([3.0, 4.0, 7.0, 8.0])
+
+
+@pytest.mark.parametrize("fidelity", ["step", "trajectory"])
+def test_a_warm_pool_with_task_images_prefetches_the_sandboxes_of_later_trajectories(fidelity):
+    # one at a time, create 2 s, image 1 GB at 1 GB/s; the pool creates trajectory i + 1's sandbox
+    # (with its image) when trajectory i starts
+    d = images(4, 1.0, **{"workload.trajectories": 4, "substrates.0.cold_start": 2.0,
+                          "workload.tools.shell.latency": 5.0, "workload.calls_per_step": 1,
+                          "policy.warm_pool": 1, "fidelity": fidelity})  # fmt: skip
+    rec, s = records(d)
+    # the first creates its own (1 s pull + 2 s); each later one finds its sandbox ready
+    assert rec.cold.tolist() == pytest.approx([3.0, 0.0, 0.0, 0.0])
+    assert rec.warm.tolist() == [False, True, True, True]
+    assert rec.end.tolist() == pytest.approx([8.0, 13.0, 18.0, 23.0])
+    # the first prefetch shares the host's link with the first pull (ready at 4 s, claimed at 8 s);
+    # the others are ready 3 s after their predecessor started and claimed 5 s after: 4 + 2 + 2 s idle
+    assert s.warm_pool_idle_hours * 3600 == pytest.approx(8.0)
+
+
+def test_a_prefetch_still_being_created_is_waited_for():
+    # the body (0.5 s) is shorter than the prefetch (1 s pull + 2 s create). The first prefetch
+    # pulls after the first trajectory's own pull on the host's link: ready at 4 s, its trajectory
+    # starts at 3.5 s and waits 0.5 s; the next prefetch starts at 3.5 s, ready at 6.5 s, waited 2 s
+    d = images(4, 1.0, **{"workload.trajectories": 3, "substrates.0.cold_start": 2.0,
+                          "workload.tools.shell.latency": 0.5, "workload.calls_per_step": 1,
+                          "policy.warm_pool": 1})  # fmt: skip
+    rec, _ = records(d)
+    assert rec.cold.tolist() == pytest.approx([3.0, 0.5, 2.0])
+    assert rec.warm.tolist() == [False, True, True]
