@@ -50,7 +50,7 @@ class Row:
 
     policy: str  # async | sync | poisson
     load: str  # none | host | tier | both
-    extra: str = ""  # "", warm_pool, failures, timeouts, images, prefetch, reuse
+    extra: str = ""  # "", warm_pool, failures, timeouts, images, prefetch, reuse, clients
     scenario: dict = field(default_factory=dict)
 
     @property
@@ -114,6 +114,9 @@ def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
         pol["warm_pool"] = concurrency // 4
         sub["create_rate"] = 50
         sub["warm_start"] = {"kind": "lognormal", "median": 0.05, "p99": 0.3}
+    elif row.extra == "clients":  # contention per rollout client (8 of them), not per host
+        sub.setdefault("contention", {})["scope"] = "client"
+        d["cluster"]["clients"] = 8
     elif row.extra in ("images", "reuse", "prefetch"):
         # SWE-bench-like task images (8 samples per task) pulled into small per-host caches
         d["workload"]["images"] = {"count": 64, "samples": 8,
@@ -138,7 +141,7 @@ def matrix() -> list[Row]:
     """Every policy under every load, and warm pool, failures, timeouts, task images and sandbox
     reuse under both extremes."""
     rows = [Row(p, ld) for p in ("async", "sync", "poisson") for ld in LOADS]
-    rows += [Row(p, ld, x) for x in ("warm_pool", "failures", "timeouts", "images", "prefetch", "reuse")
+    rows += [Row(p, ld, x) for x in ("warm_pool", "failures", "timeouts", "images", "prefetch", "reuse", "clients")
              for p in ("async", "sync") for ld in ("none", "both")]  # fmt: skip
     return rows
 

@@ -151,6 +151,10 @@ class Contention(_Model):
     create: Slowdown = 0.0
     exec: Slowdown = 0.0
     teardown: Slowdown = 0.0
+    # where operations in flight slow each other: on one host (a Docker daemon), across the whole
+    # service (a shared control plane), or per rollout client (cluster.clients; what a probe from
+    # one client measures of a hosted service)
+    scope: Literal["host", "service", "client"] = "host"
 
     def factor(self, phase: str):
         """The multiplier as a function of operations in flight."""
@@ -260,6 +264,7 @@ class Inference(_Model):
 class Cluster(_Model):
     concurrency: PositiveInt | list[PositiveInt]
     inference: Inference | None = None
+    clients: PositiveInt = 1  # rollout clients issuing sandbox operations (contention.scope client)
 
     @field_validator("concurrency")
     @classmethod

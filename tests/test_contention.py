@@ -67,3 +67,28 @@ def test_a_measured_dip_does_not_make_an_operation_free():
     f = Curve({1.984: 1.41, 3.922: 2.34, 7.531: 4.74, 14.25: 10.47, 24.547: 14.19, 35.969: 8.42})
     assert f(53) >= f(36) >= f(24.547) > 1.0
     assert f(1000) >= f(53)
+
+
+# ---------------------------------------------------------------- where contention lives
+def _cold(scope, clients=1, hosts=2, fidelity="step"):
+    from simrollout.executors import run_scenario
+    from simrollout.scenario import scenario_from_dict
+    from tests.conftest import make
+
+    cap = {"hosts": hosts, "sandboxes_per_host": 4} if hosts > 1 else {"quota": 8}
+    d = make(**{"workload.trajectories": 4, "cluster.concurrency": 4, "cluster.clients": clients,
+                "substrates.0.cold_start": 1.0, "substrates.0.capacity": cap,
+                "substrates.0.contention": {"create": 1.0, "scope": scope}, "fidelity": fidelity})  # fmt: skip
+    res = run_scenario(scenario_from_dict(d), jobs=1, keep_records=True)
+    return sorted(next(iter(res.records.values())).cold.tolist())
+
+
+@pytest.mark.parametrize("fidelity", ["step", "trajectory"])
+def test_contention_scope_host_service_and_client(fidelity):
+    # 4 creates at once, latency x n (n = creates in flight in the scope, itself included)
+    assert _cold("host", fidelity=fidelity) == pytest.approx([1, 1, 2, 2])  # 2 per host
+    assert _cold("service", fidelity=fidelity) == pytest.approx([1, 2, 3, 4])  # one control plane
+    # a quota'd service probed from one client: its curve applies per rollout client
+    assert _cold("client", clients=1, hosts=1, fidelity=fidelity) == pytest.approx([1, 2, 3, 4])
+    assert _cold("client", clients=2, hosts=1, fidelity=fidelity) == pytest.approx([1, 1, 2, 2])
+    assert _cold("client", clients=4, hosts=1, fidelity=fidelity) == pytest.approx([1, 1, 1, 1])

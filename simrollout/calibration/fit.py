@@ -33,6 +33,7 @@ from ..errors import InputError
 from ..scenario import Substrate
 
 MIN_SAMPLES = 10
+LOCAL = ("docker", "process", "synthetic")  # backends probed on the host they measure: scope host
 PHASE_FIELD = {"create": "cold_start", "exec": "exec_overhead", "teardown": "teardown"}
 QS = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
@@ -291,6 +292,10 @@ def calibrate(
                     max(1.0, lv["in_flight"]): round(lv["failures"] / lv["n"], 5) for lv in per_level.values()
                 }
             substrate["contention"][phase] = curve or 0.0
+    if records[0]["backend"] not in LOCAL and substrate["contention"]:
+        # one probing client measured what its own operations in flight do; across many rollout
+        # clients of a hosted service that curve applies per client, not to the whole service
+        substrate["contention"]["scope"] = "client"
     rate = pull_rate(pulls)
     if rate:
         substrate["image_cache"] = {"pull_mb_s": rate, "cache_gb": image_cache_gb}

@@ -23,11 +23,13 @@ class Fleet:
         defer: bool = False,
         refill_rng=None,
         scn_images=None,
+        clients: int = 1,
     ):
         """``most``: the most sandboxes the run can ever hold at once (a quota above it never binds).
         ``defer``: nothing observes operations in flight (no contention), so a create's latency is
         returned for the caller to wait together with the body and the teardown (fewer events).
-        ``scn_images``: the task images' sizes (GB), when the workload has task images."""
+        ``scn_images``: the task images' sizes (GB), when the workload has task images.
+        ``clients``: rollout clients issuing the operations (contention scope ``client``)."""
         self.defer = defer
         # the k-th warm-pool refill draws from refill_rng(k): the same in both fidelities
         self._refill_rng = refill_rng or (lambda k: rng)
@@ -41,10 +43,13 @@ class Fleet:
         self.hosts = cap.hosts
         self.sandboxes = np.zeros(cap.hosts, dtype=np.int64)  # alive per host
         self.alive = 0
-        self.ops = [0] * cap.hosts  # lifecycle ops in flight per host
+        # contention domains: where operations in flight slow each other (contention.scope)
+        self.scope, self.clients = sub.contention.scope, clients
+        domains = {"host": cap.hosts, "service": 1, "client": clients}[self.scope]
+        self.ops = [0] * domains  # lifecycle ops in flight per domain
         # expected exec operations in flight per host from running bodies (trajectory fidelity):
         # each body adds the share of its current segment spent in exec overhead
-        self.exec_load = [0.0] * cap.hosts
+        self.exec_load = [0.0] * domains
         self._next_token = 0.0
         self.factor = {ph: sub.contention.factor(ph) for ph in ("create", "exec", "teardown")}
         self.fail = {ph: sub.failures.rate(ph) for ph in ("create", "exec", "teardown")}
@@ -63,16 +68,23 @@ class Fleet:
         self.reuses = 0
 
     # ------------------------------------------------------------ operations on a host
-    def load(self, host: int) -> float:
-        """Operations in flight on ``host``, counting expected execs of running bodies."""
-        return self.ops[host] + self.exec_load[host]
+    def dom(self, host: int, client: int) -> int:
+        """The contention domain of an operation on ``host`` issued by rollout client ``client``
+        (a trajectory's client is its index modulo the clients)."""
+        if self.scope == "host":
+            return host
+        return 0 if self.scope == "service" else client % self.clients
 
-    def op(self, host: int, base: float, phase: str):
-        """Run one lifecycle operation of ``phase`` on ``host``; returns its latency."""
-        self.ops[host] += 1
-        latency = base * self.factor[phase](self.load(host))
+    def load(self, d: int) -> float:
+        """Operations in flight in domain ``d``, counting expected execs of running bodies."""
+        return self.ops[d] + self.exec_load[d]
+
+    def op(self, d: int, base: float, phase: str):
+        """Run one lifecycle operation of ``phase`` in domain ``d``; returns its latency."""
+        self.ops[d] += 1
+        latency = base * self.factor[phase](self.load(d))
         yield self.env.timeout(latency)
-        self.ops[host] -= 1
+        self.ops[d] -= 1
         return latency
 
     # ------------------------------------------------------------ sandboxes
@@ -93,7 +105,7 @@ class Fleet:
         fewest = np.flatnonzero(self.sandboxes == self.sandboxes.min())
         return next((int(h) for h in fewest if self.images.has(h, image)), int(fewest[0]))
 
-    def create(self, base: float, u: float, image: int = -1):
+    def create(self, base: float, u: float, image: int = -1, client: int = 0):
         """Quota, then a create-rate token, then the task image on the host (pulled on a miss),
         then the create itself, which fails when the uniform ``u`` falls below the failure
         probability at the host's load.
@@ -113,7 +125,8 @@ class Fleet:
             self.peak_sandboxes = self.alive
         waited = self.env.now - t0
         pull = self.images.ready(host, image, self.env.now) if image >= 0 and self.images else 0.0
-        fails = u < self.fail["create"](self.load(host) + 1.0)
+        d = self.dom(host, client)
+        fails = u < self.fail["create"](self.load(d) + 1.0)
         if self.defer:
             latency = pull + base
             if fails:
@@ -121,24 +134,25 @@ class Fleet:
         else:
             if pull:
                 yield self.env.timeout(pull)
-            latency = pull + (yield from self.op(host, base, "create"))
+            latency = pull + (yield from self.op(d, base, "create"))
         if fails:
             yield from self.release(host)
         return host, waited, latency, fails
 
-    def teardown(self, host: int, base: float, lag: float = 0.0, u: float = 1.0):
+    def teardown(self, host: int, base: float, lag: float = 0.0, u: float = 1.0, client: int = 0):
         """Wait ``lag`` (deferred work), tear the sandbox down (it fails when the uniform ``u`` falls
         below the failure probability, and is retried once) and release it; returns its time."""
-        p = self.fail["teardown"](self.load(host) + 1.0)
+        d = self.dom(host, client)
+        p = self.fail["teardown"](self.load(d) + 1.0)
         again = u < p
         if self.defer:
             td = base * (2 if again else 1)
             yield self.env.timeout(lag + td)
         else:
             t0 = self.env.now
-            yield from self.op(host, base, "teardown")
+            yield from self.op(d, base, "teardown")
             if again:
-                yield from self.op(host, base, "teardown")
+                yield from self.op(d, base, "teardown")
             td = self.env.now - t0
         yield from self.release(host)
         return td
@@ -185,7 +199,7 @@ class Fleet:
         while True:
             t0 = self.env.now
             base = float(self.sub.cold_start.sample(rng, 1)[0])
-            host, _, latency, fails = yield from self.create(base, rng.random())
+            host, _, latency, fails = yield from self.create(base, rng.random(), client=self._refills)
             if not fails:
                 if self.defer:  # a deferred create returns before its latency has passed
                     yield self.env.timeout(latency)

@@ -98,7 +98,7 @@ class Cell:
         self.fleet = Fleet(
             self.env, sub, self.rng, most=concurrency + scn.policy.warm_pool, defer=defer,
             refill_rng=lambda k: stream(scn.seed, rep, "pool", sub.name, concurrency, k),
-            scn_images=sizes,
+            scn_images=sizes, clients=scn.cluster.clients,
         )  # fmt: skip
         # task images and reuse: trajectory i runs task i // G, image task % count
         self._G = scn.samples_per_task()
@@ -281,7 +281,7 @@ class Cell:
                     sub.reset.sample(stream(self.scn.seed, self.rep, "reset", sub.name, i, attempt), 1)[0]
                 )
                 # a deferred reset is waited with the body, like a deferred create
-                latency = base if fleet.defer else (yield from fleet.op(host, base, "exec"))
+                latency = base if fleet.defer else (yield from fleet.op(fleet.dom(host, i), base, "exec"))
                 billed += latency
                 warm_hit = True
             elif warm is not None:
@@ -295,7 +295,7 @@ class Cell:
             else:
                 base = cold0 if first else float(sub.cold_start.sample(rng, 1)[0])
                 u = u_create0 if first else rng.random()
-                host, waited, latency, fails = yield from fleet.create(base, u, image)
+                host, waited, latency, fails = yield from fleet.create(base, u, image, i)
                 waited_all += waited
                 warm_hit = False
                 billed = latency
@@ -311,10 +311,11 @@ class Cell:
             if i in self.cancelled:  # cancelled by the training loop while it waited for a sandbox
                 status, llm, busy = CANCELLED, 0.0, 0.0
             else:
-                p_exec = fleet.fail["exec"](fleet.load(host) + 1.0)
+                dom = fleet.dom(host, i)  # where its operations contend (contention.scope)
+                p_exec = fleet.fail["exec"](fleet.load(dom) + 1.0)
                 fail_call = first_failure(u_exec0 if first else rng.random(), p_exec, int(calls))
                 body = self._body_steps if self.step else self._body_fast
-                status, llm, steps, busy = yield from body(i, host, deadline, fail_call, env.now + lag)
+                status, llm, steps, busy = yield from body(i, dom, deadline, fail_call, env.now + lag)
             if fleet.defer:
                 lag += busy
             if self._reuse and status != LOST and lag:
@@ -328,7 +329,7 @@ class Cell:
                 sandbox += billed + busy
                 break
             td_base = td0 if first else float(sub.teardown.sample(rng, 1)[0])
-            td = yield from fleet.teardown(host, td_base, lag, u_td0 if first else rng.random())
+            td = yield from fleet.teardown(host, td_base, lag, u_td0 if first else rng.random(), i)
             llm_all += llm
             worker += busy - llm + td
             sandbox += max(billed + busy + td, min_bill)
@@ -366,7 +367,7 @@ class Cell:
         rng = stream(self.scn.seed, self.rep, "prefetch", sub.name, j)
         t0, image = self.env.now, (j // self._G) % self._images
         base = float(sub.cold_start.sample(rng, 1)[0])
-        host, _, latency, fails = yield from fleet.create(base, rng.random(), image)
+        host, _, latency, fails = yield from fleet.create(base, rng.random(), image, j)
         if fails:
             return None
         if fleet.defer:  # a deferred create returns before its latency has passed

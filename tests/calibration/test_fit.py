@@ -231,3 +231,13 @@ def test_pull_records_give_the_pull_rate_and_reset_records_the_reset(tmp_path):
     plain, _ = calibrate(read_records([records(tmp_path, {"create": LOGN, "exec": LOGN, "teardown": LOGN},
                                                name="plain.jsonl")]), "y")  # fmt: skip
     assert "image_cache" not in plain["substrate"] and "reset" not in plain["substrate"]
+
+
+def test_a_remote_backends_contention_is_scoped_to_its_client(tmp_path):
+    slow = (lambda r: r.lognormal(np.log(0.15), 0.1), 0.2)
+    p = records(tmp_path, {"create": slow, "exec": LOGN, "teardown": LOGN}, levels=(1, 4, 8), n=120)
+    local, _ = calibrate(read_records([p]), "docker-like")
+    assert "scope" not in local["substrate"]["contention"]  # host, the default
+    remote, _ = calibrate([{**r, "backend": "daytona"} for r in read_records([p])], "daytona-like")
+    assert remote["substrate"]["contention"]["scope"] == "client"
+    assert remote["substrate"]["contention"]["create"]  # the curve itself is the same fit
