@@ -138,11 +138,11 @@ def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
 
 
 def matrix() -> list[Row]:
-    """Every policy under every load, and warm pool, failures, timeouts, task images and sandbox
-    reuse under both extremes."""
+    """Every policy under every load, and warm pool, failures, timeouts, task images (with and
+    without a prefetching pool), sandbox reuse and client-scoped contention under both extremes."""
     rows = [Row(p, ld) for p in ("async", "sync", "poisson") for ld in LOADS]
-    rows += [Row(p, ld, x) for x in ("warm_pool", "failures", "timeouts", "images", "prefetch", "reuse", "clients")
-             for p in ("async", "sync") for ld in ("none", "both")]  # fmt: skip
+    extras = ("warm_pool", "failures", "timeouts", "images", "prefetch", "reuse", "clients")
+    rows += [Row(p, ld, x) for x in extras for p in ("async", "sync") for ld in ("none", "both")]
     return rows
 
 
