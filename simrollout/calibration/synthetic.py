@@ -1,0 +1,70 @@
+"""A probe run on a known substrate model instead of a real backend.
+
+The probe's lifecycles (create, ``commands`` execs of a no-op, teardown; ``level`` of them in
+flight, the next starting when one ends) run on the simulator's own fleet
+(:class:`simrollout.sim.fleet.Fleet`: the same contention, failures and capacity the rollouts
+see), and come out as the records ``simrollout probe`` writes. Calibrating them and simulating a
+workload the probe never ran, on the fitted and on the true model, tells how well the calibration
+can predict at best: a miss here is the method's, not the machine's.
+
+>>> from simrollout.scenario import Substrate
+>>> sub = Substrate(name="s", cold_start=0.2, exec_overhead=0.05, teardown=0.1)
+>>> recs = simulate_probe(sub, levels=(1, 2), sandboxes=4, commands=2)
+>>> len(recs), sorted({r["phase"] for r in recs})
+(32, ['create', 'exec', 'teardown'])
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from ..rng import stream
+from ..scenario import Substrate
+from ..sim.fleet import Fleet
+
+
+def simulate_probe(
+    sub: Substrate,
+    levels: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
+    sandboxes: int = 0,
+    commands: int = 10,
+    seed: int = 0,
+) -> list[dict]:
+    """Probe records (one dict per operation) of ``sub`` at each level, as ``probe`` would write."""
+    out: list[dict] = []
+    for level in levels:
+        env = simpy.Environment()
+        rng = stream(seed, "synthetic-probe", sub.name, level)
+        fleet = Fleet(env, sub, rng)
+        count = sandboxes or max(32, 2 * level)
+        todo = iter(range(count))
+
+        def record(phase: str, idx: int, start: float, latency: float, ok: bool = True, level=level):
+            out.append(dict(
+                run_id=f"synthetic-{level}", backend="synthetic", backend_version="", engine_version="",
+                host="model", image="", phase=phase, start=start, latency=latency, concurrency=level,
+                mode="sequential", ok=ok, error=None if ok else "Failed", sandbox=idx, command=None,
+            ))  # fmt: skip
+
+        def lifecycle(rng=rng, fleet=fleet, env=env, todo=todo):
+            for idx in todo:
+                t0 = env.now
+                host, _, latency, fails = yield from fleet.create(
+                    float(sub.cold_start.sample(rng, 1)[0]), rng.random()
+                )
+                record("create", idx, t0, latency, not fails)
+                if fails:
+                    continue
+                for _ in range(commands):
+                    t0 = env.now
+                    latency = yield from fleet.op(host, float(sub.exec_overhead.sample(rng, 1)[0]), "exec")
+                    record("exec", idx, t0, latency)
+                t0 = env.now
+                latency = yield from fleet.teardown(
+                    host, float(sub.teardown.sample(rng, 1)[0]), u=rng.random()
+                )
+                record("teardown", idx, t0, latency)
+
+        procs = [env.process(lifecycle()) for _ in range(level)]
+        env.run(until=env.all_of(procs))
+    return out
