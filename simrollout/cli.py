@@ -11,6 +11,8 @@ from rich.console import Console
 from .errors import InputError
 from .outputs import atomic_file, atomic_folder
 
+PROBE_LEVELS = "1,2,3,4,6,8,12,16,24,32,48,64"  # = simrollout.calibration.fit.PROBE_LEVELS
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -331,7 +333,8 @@ def probe(
     ),
     commands: int = typer.Option(10, help="Exec round trips per sandbox."),
     concurrency: str = typer.Option(
-        "1,2,4,8,16,32,64", help="Comma-separated levels; the default covers a contention curve's range."
+        "1,2,3,4,6,8,12,16,24,32,48,64",
+        help="Comma-separated levels; the default covers a contention curve's range.",
     ),
     mode: str = typer.Option("sequential", help="sequential, staggered or burst."),
     gap: float = typer.Option(0.1, help="Seconds between starts in staggered mode."),
@@ -444,7 +447,9 @@ def _probe_openai(out, concurrency, base_url, model, prompts, output_tokens, req
 
     if not base_url:
         raise InputError("probe openai: give --base-url (e.g. http://127.0.0.1:8080/v1) and --model.")
-    levels = _levels(concurrency if concurrency != "1,2,4,8,16,32,64" else "1,2,4,8", "--concurrency")
+    levels = _levels(
+        concurrency if concurrency != "1,2,3,4,6,8,12,16,24,32,48,64" else "1,2,4,8", "--concurrency"
+    )
     lengths = _levels(prompts, "--prompts")
     if output_tokens < 2 or requests < 0:
         raise InputError(

@@ -183,6 +183,31 @@ def in_flight(records: list[dict]) -> np.ndarray:
     return out
 
 
+def curve_by_load(samples: list[tuple[float, float]], m0: float, per_bin: int = 12) -> dict[float, float]:
+    """``{operations in flight: median latency / m0}`` from each operation's own load at its start.
+
+    Operations are grouped by the count in flight when they started (itself included), adjacent
+    counts merged until a group has ``per_bin`` samples; each group gives a point at its mean
+    count. The model applies the multiplier of the count at an operation's start, so this recovers
+    it; a point per concurrency level (its mean count against its median latency) does not where
+    the multiplier is steep, since the count varies within a level.
+    """
+    above = sorted((n, lat) for n, lat in samples if n > 1)
+    curve: dict[float, float] = {}
+    group: list[tuple[float, float]] = []
+    for k, (n, lat) in enumerate(above):
+        group.append((n, lat))
+        last = k + 1 == len(above) or above[k + 1][0] != n
+        if last and len(group) >= per_bin:
+            ns, lats = zip(*group)
+            curve[round(float(np.mean(ns)), 3)] = round(float(np.median(lats)) / m0, 4)
+            group = []
+    if group and len(group) >= per_bin // 2:  # the highest loads: a last, smaller group
+        ns, lats = zip(*group)
+        curve[round(float(np.mean(ns)), 3)] = round(float(np.median(lats)) / m0, 4)
+    return curve
+
+
 def _slope(loads: list[float], ratios: list[float]) -> float:
     """Least-squares slope of multiplier - 1 against operations in flight - 1, through the origin."""
     dx, dy = np.array(loads) - 1.0, np.array(ratios) - 1.0
@@ -193,7 +218,7 @@ def _slope(loads: list[float], ratios: list[float]) -> float:
 
 MIN_LEVELS = 4  # load levels above 1 that a contention curve needs
 MIN_PER_LEVEL = 30  # successful samples per level
-PROBE_LEVELS = "1,2,4,8,16,32,64"
+PROBE_LEVELS = "1,2,3,4,6,8,12,16,24,32,48,64"
 
 
 def coverage(per_level: dict[int, dict]) -> dict:
@@ -268,10 +293,8 @@ def calibrate(
                 "p99": float(np.quantile(lat, 0.99)) if len(lat) else None,
             }
         m0 = per_level[levels[0]]["median"]
-        for c in levels[1:]:
-            lv = per_level[c]
-            if lv["median"] and lv["in_flight"] > max(1.0, per_level[levels[0]]["in_flight"]):
-                curve[lv["in_flight"]] = round(lv["median"] / m0, 4)
+        if len(levels) > 1:
+            curve = curve_by_load([(load[id(r)], r["latency"]) for r in rs if r["ok"]], m0)
         slope = _slope(list(curve), list(curve.values()))
         fits_out[phase] = {k: v for k, v in fit.items() if k != "dist"} | {
             "by_concurrency": per_level,

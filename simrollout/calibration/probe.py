@@ -80,7 +80,7 @@ class RecordWriter:
 class ProbePlan:
     sandboxes: int = 0  # lifecycles per concurrency level; 0: max(32, 2 x level)
     commands: int = 10  # exec round trips per sandbox
-    levels: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    levels: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
     mode: str = "sequential"
     gap: float = 0.1  # seconds between starts in staggered mode
     image: str = "simrollout-busybox:local"

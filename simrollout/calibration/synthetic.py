@@ -25,7 +25,7 @@ from ..sim.fleet import Fleet
 
 def simulate_probe(
     sub: Substrate,
-    levels: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
+    levels: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
     sandboxes: int = 0,
     commands: int = 10,
     seed: int = 0,
@@ -46,7 +46,10 @@ def simulate_probe(
                 mode="sequential", ok=ok, error=None if ok else "Failed", sandbox=idx, command=None,
             ))  # fmt: skip
 
-        def lifecycle(rng=rng, fleet=fleet, env=env, todo=todo):
+        def lifecycle(k: int, rng=rng, fleet=fleet, env=env, todo=todo):
+            # starts a nanosecond apart: the records' count of operations in flight at a start
+            # is then the count the model used (simultaneous starts would all count each other)
+            yield env.timeout(k * 1e-9)
             for idx in todo:
                 t0 = env.now
                 host, _, latency, fails = yield from fleet.create(
@@ -65,6 +68,6 @@ def simulate_probe(
                 )
                 record("teardown", idx, t0, latency)
 
-        procs = [env.process(lifecycle()) for _ in range(level)]
+        procs = [env.process(lifecycle(k)) for k in range(level)]
         env.run(until=env.all_of(procs))
     return out

@@ -68,27 +68,28 @@ def test_bimodal_data_selects_the_mixture():
     assert abs(f["quantile_rel_error"]["p90"]) < 0.05
 
 
-def test_contention_slope_and_failure_rate_are_recovered(tmp_path):
-    p = records(
-        tmp_path,
-        {"create": (LOGN[0], 0.05), "exec": LOGN, "teardown": LOGN},
-        levels=(1, 8, 32),
-        n=400,
-        fail=0.1,
-    )
-    prof, _ = calibrate(read_records([p]), "syn")
+def test_contention_slope_and_failure_rate_are_recovered():
+    # a probe run on a known model: create latency x (1 + 0.05 (n - 1)), n = operations in flight
+    # at its start (the model's definition), 10% of creates fail
+    from simrollout.calibration.synthetic import simulate_probe
+    from simrollout.scenario import Substrate
+
+    true = Substrate(name="t", cold_start={"kind": "lognormal", "median": 0.15, "p99": 0.4},
+                     exec_overhead={"kind": "lognormal", "median": 0.15, "p99": 0.4}, teardown=0.15,
+                     contention={"create": 0.05}, failures={"create": 0.1})  # fmt: skip
+    recs = simulate_probe(true, levels=(1, 8, 32), sandboxes=400, commands=1, seed=2)
+    for k, r in enumerate(recs):
+        r["_file"], r["_line"] = "s", k
+    prof, _ = calibrate(recs, "syn")
     curve = prof["substrate"]["contention"]["create"]
-    assert len(curve) == 2
+    assert len(curve) >= 2 and max(curve) >= 16
     for n_in_flight, mult in curve.items():
-        assert 6 <= n_in_flight <= 32
-        assert mult == pytest.approx(1 + 0.05 * (n_in_flight - 1), rel=0.1)
-    assert prof["fits"]["create"]["contention_slope"] == pytest.approx(0.05, rel=0.15)
+        assert mult == pytest.approx(1 + 0.05 * (n_in_flight - 1), rel=0.1), (n_in_flight, mult)
+    assert prof["fits"]["create"]["contention_slope"] == pytest.approx(
+        0.05, rel=0.2
+    )  # a summary of the points
     assert all(abs(m - 1) < 0.1 for m in prof["substrate"]["contention"]["exec"].values())
     assert all(v == pytest.approx(0.1, abs=0.03) for v in prof["substrate"]["failures"]["create"].values())
-    assert (
-        prof["fits"]["create"]["by_concurrency"][32]["median"]
-        > prof["fits"]["create"]["by_concurrency"][1]["median"] * 2
-    )
 
 
 def test_failure_curve_is_fitted_against_operations_in_flight(tmp_path):
@@ -174,7 +175,7 @@ def test_calibrate_says_when_a_curve_is_under_sampled_and_what_to_probe(tmp_path
                                              levels=(1, 8, 32), n=40)]), "x")[0]  # fmt: skip
     cov = sparse["fits"]["create"]["coverage"]
     assert cov["under_sampled"] and cov["load_levels"] == 2
-    assert any("--concurrency 1,2,4,8,16,32,64" in a for a in cov["advice"])
+    assert any("--concurrency 1,2,3,4,6,8,12,16,24,32,48,64" in a for a in cov["advice"])
     assert any("gaps" in a for a in cov["advice"])
     dense = calibrate(read_records([records(tmp_path, {"create": slow, "exec": slow, "teardown": slow},
                                             levels=(1, 2, 4, 8, 16), n=40, name="d.jsonl")]), "x")[0]  # fmt: skip
