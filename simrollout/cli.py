@@ -520,6 +520,11 @@ def calibrate(
     image_cache_gb: float = typer.Option(
         100.0, help="With task image pulls in the records: the hosts' image cache, GB (not measured)."
     ),
+    contention_points: str = typer.Option(
+        "per-operation",
+        help="per-operation (each operation at its own count in flight) or per-level (a level's "
+        "mean count against its median, as profiles before 2026-12 were made).",
+    ),
 ) -> None:
     """Fit latency distributions to probe records and write a substrate profile (or, from
     ``probe openai`` records, an engine profile)."""
@@ -556,7 +561,7 @@ def calibrate(
         warnings.simplefilter("always")
         if not image_cache_gb > 0:
             raise InputError(f"--image-cache-gb: expected GB > 0, got {image_cache_gb}.")
-        profile, plots = fit(records, name, criterion, image_cache_gb)
+        profile, plots = fit(records, name, criterion, image_cache_gb, contention_points)
     for w in caught:
         err.print(f"warning: {w.message}")
     write_profile(profile, out)

@@ -259,11 +259,18 @@ def pull_rate(pulls: list[dict]) -> float | None:
 
 
 def calibrate(
-    records: list[dict], name: str, criterion: str = "aic", image_cache_gb: float = 100.0
+    records: list[dict],
+    name: str,
+    criterion: str = "aic",
+    image_cache_gb: float = 100.0,
+    points: str = "per-operation",
 ) -> tuple[dict, dict]:
     """Records -> (profile mapping, per-phase fits with their samples, for plots). Pull records
     give ``image_cache.pull_mb_s`` (its ``cache_gb`` is ``image_cache_gb``, not measured); reset
-    records give ``reset``."""
+    records give ``reset``. ``points``: contention points per operation (:func:`curve_by_load`)
+    or ``per-level`` (a level's mean count against its median: how profiles before it were made)."""
+    if points not in ("per-operation", "per-level"):
+        raise InputError(f"contention points: expected per-operation or per-level, got '{points}'.")
     by_phase = _check(records)
     pulls = by_phase.pop("pull", [])
     load = dict(zip((id(r) for r in records), in_flight(records)))
@@ -293,8 +300,12 @@ def calibrate(
                 "p99": float(np.quantile(lat, 0.99)) if len(lat) else None,
             }
         m0 = per_level[levels[0]]["median"]
-        if len(levels) > 1:
+        if len(levels) > 1 and points == "per-operation":
             curve = curve_by_load([(load[id(r)], r["latency"]) for r in rs if r["ok"]], m0)
+        for c in levels[1:] if points == "per-level" else ():
+            lv = per_level[c]
+            if lv["median"] and lv["in_flight"] > max(1.0, per_level[levels[0]]["in_flight"]):
+                curve[lv["in_flight"]] = round(lv["median"] / m0, 4)
         slope = _slope(list(curve), list(curve.values()))
         fits_out[phase] = {k: v for k, v in fit.items() if k != "dist"} | {
             "by_concurrency": per_level,
@@ -328,6 +339,7 @@ def calibrate(
         "name": name,
         "provenance": {
             "method": f"probe fit, selected by {criterion.upper()}",
+            "contention_points": points,
             "backend": first["backend"],
             "backend_version": first["backend_version"],
             "engine_version": first["engine_version"],

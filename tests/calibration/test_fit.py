@@ -242,3 +242,21 @@ def test_a_remote_backends_contention_is_scoped_to_its_client(tmp_path):
     remote, _ = calibrate([{**r, "backend": "daytona"} for r in read_records([p])], "daytona-like")
     assert remote["substrate"]["contention"]["scope"] == "client"
     assert remote["substrate"]["contention"]["create"]  # the curve itself is the same fit
+
+
+def test_the_older_per_level_points_stay_available_and_are_named_in_the_provenance():
+    from simrollout.calibration.synthetic import simulate_probe
+    from simrollout.scenario import Substrate
+
+    true = Substrate(name="t", cold_start=0.1, exec_overhead=0.05, teardown=0.1, contention={"exec": 0.1})
+    recs = simulate_probe(true, levels=(1, 4, 16), sandboxes=40, commands=4, seed=3)
+    for k, r in enumerate(recs):
+        r["_file"], r["_line"] = "s", k
+    old, _ = calibrate(recs, "x", points="per-level")
+    new, _ = calibrate(recs, "x")
+    assert len(old["substrate"]["contention"]["exec"]) == 2  # one point per level above the first
+    assert len(new["substrate"]["contention"]["exec"]) > 2  # one per count in flight (merged to 12)
+    assert (old["provenance"]["contention_points"], new["provenance"]["contention_points"]) == (
+        "per-level", "per-operation")  # fmt: skip
+    with pytest.raises(InputError, match="per-operation or per-level"):
+        calibrate(recs, "x", points="per-host")
