@@ -343,7 +343,7 @@ def probe(
     ),
     command: str = typer.Option("true", help="Command whose exec round trip is timed."),
     reset: str | None = typer.Option(
-        "rm -rf work && mkdir work && cp -r /etc work/",
+        "rm -rf work && mkdir -p work/src && for i in 1 2 3 4 5 6 7 8; do echo $i > work/src/f$i; done",
         help="Command timed as a sandbox reset for the next sample of a task, in the sandbox's "
         "working folder ('' to skip).",
     ),
