@@ -8,10 +8,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from .calibration.probe import PROBE_LEVELS
 from .errors import InputError
 from .outputs import atomic_file, atomic_folder
-
-PROBE_LEVELS = "1,2,3,4,6,8,12,16,24,32,48,64"  # = simrollout.calibration.fit.PROBE_LEVELS
 
 app = typer.Typer(
     add_completion=False,
@@ -333,8 +332,7 @@ def probe(
     ),
     commands: int = typer.Option(10, help="Exec round trips per sandbox."),
     concurrency: str = typer.Option(
-        "1,2,3,4,6,8,12,16,24,32,48,64",
-        help="Comma-separated levels; the default covers a contention curve's range.",
+        PROBE_LEVELS, help="Comma-separated levels; the default covers a contention curve's range."
     ),
     mode: str = typer.Option("sequential", help="sequential, staggered or burst."),
     gap: float = typer.Option(0.1, help="Seconds between starts in staggered mode."),
@@ -447,9 +445,7 @@ def _probe_openai(out, concurrency, base_url, model, prompts, output_tokens, req
 
     if not base_url:
         raise InputError("probe openai: give --base-url (e.g. http://127.0.0.1:8080/v1) and --model.")
-    levels = _levels(
-        concurrency if concurrency != "1,2,3,4,6,8,12,16,24,32,48,64" else "1,2,4,8", "--concurrency"
-    )
+    levels = _levels(concurrency if concurrency != PROBE_LEVELS else "1,2,4,8", "--concurrency")
     lengths = _levels(prompts, "--prompts")
     if output_tokens < 2 or requests < 0:
         raise InputError(
@@ -549,6 +545,8 @@ def calibrate(
         raise InputError("calibrate: give probe record files, or --from-quantiles SPEC.")
     if criterion not in ("aic", "bic"):
         raise InputError(f"--criterion: expected aic or bic, got '{criterion}'.")
+    if not image_cache_gb > 0:
+        raise InputError(f"--image-cache-gb: expected GB > 0, got {image_cache_gb}.")
     records = read_records(probes)
     if records and all(r["phase"] == "generate" for r in records):
         return _calibrate_engine(records, name, out, kv_capacity, max_running)
@@ -559,8 +557,6 @@ def calibrate(
         )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if not image_cache_gb > 0:
-            raise InputError(f"--image-cache-gb: expected GB > 0, got {image_cache_gb}.")
         profile, plots = fit(records, name, criterion, image_cache_gb, contention_points)
     for w in caught:
         err.print(f"warning: {w.message}")

@@ -31,6 +31,7 @@ from ..distributions import (
 )
 from ..errors import InputError
 from ..scenario import Substrate
+from .probe import PROBE_LEVELS
 
 MIN_SAMPLES = 10
 LOCAL = ("docker", "process", "synthetic")  # backends probed on the host they measure: scope host
@@ -208,6 +209,17 @@ def curve_by_load(samples: list[tuple[float, float]], m0: float, per_bin: int = 
     return curve
 
 
+def _curve_per_level(per_level: dict[int, dict], m0: float) -> dict[float, float]:
+    """The older reading: ``{a level's mean count in flight: its median / m0}``, per level above
+    the first."""
+    first, *rest = sorted(per_level)
+    return {
+        per_level[c]["in_flight"]: round(per_level[c]["median"] / m0, 4)
+        for c in rest
+        if per_level[c]["median"] and per_level[c]["in_flight"] > max(1.0, per_level[first]["in_flight"])
+    }
+
+
 def _slope(loads: list[float], ratios: list[float]) -> float:
     """Least-squares slope of multiplier - 1 against operations in flight - 1, through the origin."""
     dx, dy = np.array(loads) - 1.0, np.array(ratios) - 1.0
@@ -218,7 +230,6 @@ def _slope(loads: list[float], ratios: list[float]) -> float:
 
 MIN_LEVELS = 4  # load levels above 1 that a contention curve needs
 MIN_PER_LEVEL = 30  # successful samples per level
-PROBE_LEVELS = "1,2,3,4,6,8,12,16,24,32,48,64"
 
 
 def coverage(per_level: dict[int, dict]) -> dict:
@@ -300,12 +311,10 @@ def calibrate(
                 "p99": float(np.quantile(lat, 0.99)) if len(lat) else None,
             }
         m0 = per_level[levels[0]]["median"]
-        if len(levels) > 1 and points == "per-operation":
+        if points == "per-level":
+            curve = _curve_per_level(per_level, m0)
+        elif len(levels) > 1:
             curve = curve_by_load([(load[id(r)], r["latency"]) for r in rs if r["ok"]], m0)
-        for c in levels[1:] if points == "per-level" else ():
-            lv = per_level[c]
-            if lv["median"] and lv["in_flight"] > max(1.0, per_level[levels[0]]["in_flight"]):
-                curve[lv["in_flight"]] = round(lv["median"] / m0, 4)
         slope = _slope(list(curve), list(curve.values()))
         fits_out[phase] = {k: v for k, v in fit.items() if k != "dist"} | {
             "by_concurrency": per_level,

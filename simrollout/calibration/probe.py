@@ -24,6 +24,9 @@ from .backends import Backend
 
 PHASES = ("create", "exec", "upload", "download", "teardown", "reset", "pull")
 MODES = ("sequential", "staggered", "burst")
+# concurrency levels a probe covers by default: dense, since creates happen near a level's count
+LEVELS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+PROBE_LEVELS = ",".join(map(str, LEVELS))
 
 
 @dataclass
@@ -80,7 +83,7 @@ class RecordWriter:
 class ProbePlan:
     sandboxes: int = 0  # lifecycles per concurrency level; 0: max(32, 2 x level)
     commands: int = 10  # exec round trips per sandbox
-    levels: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+    levels: tuple[int, ...] = LEVELS
     mode: str = "sequential"
     gap: float = 0.1  # seconds between starts in staggered mode
     image: str = "simrollout-busybox:local"

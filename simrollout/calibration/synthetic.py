@@ -16,16 +16,19 @@ can predict at best: a miss here is the method's, not the machine's.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import simpy
 
 from ..rng import stream
 from ..scenario import Substrate
 from ..sim.fleet import Fleet
+from .probe import LEVELS, ProbeRecord
 
 
 def simulate_probe(
     sub: Substrate,
-    levels: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
+    levels: tuple[int, ...] = LEVELS,
     sandboxes: int = 0,
     commands: int = 10,
     seed: int = 0,
@@ -40,11 +43,11 @@ def simulate_probe(
         todo = iter(range(count))
 
         def record(phase: str, idx: int, start: float, latency: float, ok: bool = True, level=level):
-            out.append(dict(
+            out.append(asdict(ProbeRecord(
                 run_id=f"synthetic-{level}", backend="synthetic", backend_version="", engine_version="",
                 host="model", image="", phase=phase, start=start, latency=latency, concurrency=level,
-                mode="sequential", ok=ok, error=None if ok else "Failed", sandbox=idx, command=None,
-            ))  # fmt: skip
+                mode="sequential", ok=ok, error=None if ok else "Failed", sandbox=idx,
+            )))  # fmt: skip
 
         def lifecycle(k: int, rng=rng, fleet=fleet, env=env, todo=todo):
             # starts a nanosecond apart: the records' count of operations in flight at a start

@@ -255,8 +255,7 @@ class Cell:
         start = env.now
         deadline = start + (self.scn.policy.timeout or math.inf)
         attempt, waited_all, worker, sandbox, llm_all, steps, warm_hit = 0, 0.0, 0.0, 0.0, 0.0, 0, False
-        task = i // self._G
-        image = task % self._images if self._images else -1
+        task, image = i // self._G, self._image(i)
         self._started = max(self._started, i + 1)
         if self._ahead and i + self._ahead < self.work.n and i + self._ahead not in self._prefetched:
             j = i + self._ahead
@@ -318,16 +317,17 @@ class Cell:
                 status, llm, steps, busy = yield from body(i, dom, deadline, fail_call, env.now + lag)
             if fleet.defer:
                 lag += busy
-            if self._reuse and status != LOST and lag:
-                yield env.timeout(lag)  # decide at the body's end, not when a deferred body was drawn
-                lag = 0.0
-            if self._reuse and status != LOST and self._started < min((task + 1) * self._G, self.work.n):
-                # a later sample of this task has not started: it takes this sandbox
-                fleet.park(task, host)
-                llm_all += llm
-                worker += busy - llm
-                sandbox += billed + busy
-                break
+            if self._reuse and status != LOST:
+                if lag:  # decide at the body's end, not when a deferred body was drawn
+                    yield env.timeout(lag)
+                    lag = 0.0
+                if self._started < min((task + 1) * self._G, self.work.n):
+                    # a later sample of this task has not started: it takes this sandbox
+                    fleet.park(task, host)
+                    llm_all += llm
+                    worker += busy - llm
+                    sandbox += billed + busy
+                    break
             td_base = td0 if first else float(sub.teardown.sample(rng, 1)[0])
             td = yield from fleet.teardown(host, td_base, lag, u_td0 if first else rng.random(), i)
             llm_all += llm
@@ -360,14 +360,18 @@ class Cell:
             self._finish(i // CHUNK)
         return row
 
+    def _image(self, i: int) -> int:
+        """Trajectory ``i``'s task image (its task ``i // G`` modulo the images), -1 without images."""
+        return (i // self._G) % self._images if self._images else -1
+
     def _prefetch(self, j: int):
         """Create trajectory ``j``'s sandbox with its image ahead of its start: ``(host, created,
         ready)``, or None when the create failed (the trajectory then creates its own)."""
         fleet, sub = self.fleet, self.sub
         rng = stream(self.scn.seed, self.rep, "prefetch", sub.name, j)
-        t0, image = self.env.now, (j // self._G) % self._images
+        t0 = self.env.now
         base = float(sub.cold_start.sample(rng, 1)[0])
-        host, _, latency, fails = yield from fleet.create(base, rng.random(), image, j)
+        host, _, latency, fails = yield from fleet.create(base, rng.random(), self._image(j), j)
         if fails:
             return None
         if fleet.defer:  # a deferred create returns before its latency has passed
