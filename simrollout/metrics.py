@@ -27,7 +27,8 @@ class Accumulator:
         self.cancelled = 0
         self.worker = self.sandbox = self.duration_sum = self.end = 0.0
         self.queue_wait_sum = self.acquire_wait_sum = 0.0
-        self.steps_completed = 0
+        self.steps_completed = self.turns = 0  # steps of completed trajectories; turns begun by all
+        self.llm = 0.0  # seconds of generation, all trajectories
         kinds = ("duration", "completed_duration", "cold_start", "queue_wait", "acquire_wait")
         self.sketch = {k: QuantileSketch() for k in kinds}
         self.load = LoadBins()  # generating requests over time (GPU estimate, trajectory fidelity)
@@ -48,6 +49,8 @@ class Accumulator:
         self.acquire_wait_sum += float(rec.acquire_wait.sum())
         self.sketch["completed_duration"].add(rec.duration[ok])
         self.steps_completed += int(rec.steps_done[ok].sum())
+        self.turns += int(rec.steps_done.sum()) + int((rec.status != OK).sum())  # + a cut last turn
+        self.llm += float(rec.llm.sum())
         self.end = max(self.end, float(rec.end.max()) if rec.end.size else 0.0)
         for key, x in (("duration", rec.duration), ("cold_start", rec.cold), ("queue_wait", rec.queue_wait),
                        ("acquire_wait", rec.acquire_wait)):  # fmt: skip
@@ -118,6 +121,9 @@ def aggregate(rows: pd.DataFrame) -> pd.DataFrame:
         row = dict(zip(KEYS, key))
         r = len(g)
         for m in metrics:
+            if not pd.api.types.is_numeric_dtype(g[m]):  # a description (e.g. serving_from)
+                row[m] = "; ".join(dict.fromkeys(map(str, g[m])))
+                continue
             x = g[m].to_numpy(dtype=float)
             row[m] = float(np.mean(x))
             if r > 1:

@@ -128,6 +128,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         )
         title = (f"serving engines: {inf.engines} x {inf.engine.gpus} GPU, routing {inf.routing}, "
                  f"prefix cache {'on' if inf.prefix_cache else 'off'}")  # fmt: skip
+        if "serving_from" in result.summary:  # trajectory fidelity: say where these figures come from
+            title += "; " + "; ".join(dict.fromkeys(result.summary.serving_from.astype(str)))
         console.print(_table(title, SERVING, ms))
         console.print(
             "engines busy: time in iterations; KV queued: turns that waited for KV-cache space; prefix "

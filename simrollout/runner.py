@@ -22,6 +22,7 @@ from .metrics import aggregate, summarize
 from .scenario import Scenario
 from .sim.model import Cell
 from .sim.records import Records
+from .sim.serving_pilot import run_pilot
 from .workload import Work, draw_work
 
 
@@ -85,7 +86,10 @@ def run_cell(
     fid = scn.resolved_fidelity()
     sub = scn.substrates[key.substrate]
     work = work_for(scn, key.replication, fid == "step")
-    cell = Cell(scn, sub, key.concurrency, key.replication, work, fid, progress, sink, keep)
+    pilot = None
+    if scn.workload.tokens is not None and fid != "step":  # the engines' load, from a pilot
+        pilot = run_pilot(scn, sub, key.concurrency, key.replication)
+    cell = Cell(scn, sub, key.concurrency, key.replication, work, fid, progress, sink, keep, pilot)
     rec = cell.run()
     summary = summarize(
         cell.acc,
@@ -100,7 +104,11 @@ def run_cell(
         summary.update(cell.fleet.images.summary())
     if scn.policy.reuse:
         summary.update(sandboxes_reused=cell.fleet.reuses, reuse_idle_hours=cell.fleet.parked_seconds / 3600)
-    if scn.workload.tokens is not None:
+    if pilot is not None:
+        summary.update(pilot.scaled_summary(cell.acc.turns))
+        engine_seconds = scn.cluster.inference.engines * cell.acc.end
+        summary["engine_busy_fraction"] = cell.gpu_busy_seconds() / engine_seconds if engine_seconds else 0.0
+    elif scn.workload.tokens is not None:
         summary.update(cell.tier.summary(cell.acc.end))
     if cell.loop is not None:
         inf = scn.cluster.inference

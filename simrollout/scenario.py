@@ -437,11 +437,6 @@ class Scenario(_Model):
                 "workload.tokens needs cluster.inference with an engine (a 'profile' under "
                 "calibration/engines/ or an inline 'engine')"
             )
-        if self.fidelity == "trajectory":
-            raise ValueError(
-                "fidelity 'trajectory' is not available with workload.tokens: the serving engines run "
-                "on the step engine (the fast engine was not compared with them)"
-            )
         kv, out = inf.engine.kv_capacity_tokens, float(tok.output.ppf(0.99))
         top = tok.max_context
         if top is None:
@@ -522,12 +517,18 @@ class Scenario(_Model):
             return self.fidelity, "set in the scenario"
         if self.training is not None:
             return "step", "auto: the training loop runs on the step engine"
-        if self.workload.tokens is not None:
-            return "step", "auto: serving engines (a token workload) run on the step engine"
         steps = self.trajectories * self.workload.steps.mean()
         if steps <= 2e5:
             return "step", f"auto: {steps:,.0f} steps, small enough to simulate every step"
         inf = self.cluster.inference
+        if self.workload.tokens is not None:
+            if self.policy.mode == "sync":  # the fidelity matrix: p50 +8-9% in sync batches
+                return "step", "auto: sync batches on serving engines need the step engine"
+            return (
+                "trajectory",
+                f"auto: {steps:,.0f} steps; serving engines from a step-fidelity pilot, within the "
+                "fidelity matrix's serving tolerances",
+            )
         if self.policy.mode == "sync" and inf is not None and inf.slowdown > 0:
             # the fidelity matrix: sync batches on a loaded tier miss p99 by 3.5% and gain < 2x
             return "step", "auto: sync batches on a loaded inference tier need the step engine"

@@ -62,6 +62,7 @@ def base_dict(scn: Scenario) -> dict:
     data = scn.model_dump(mode="json", by_alias=True, exclude_none=True)
     for sub in data["substrates"]:
         sub.pop("profile", None)
+    (data["cluster"].get("inference") or {}).pop("profile", None)
     return data
 
 

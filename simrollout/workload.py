@@ -22,6 +22,10 @@ from .scenario import Scenario, Substrate
 
 CHUNK = 32_768
 KEEP = 0.5  # keep the per-step detail of bodies longer unloaded than this share of the timeout
+# a token workload's generation is its unloaded time times the engines' load, not known when the
+# work is drawn: keep detail as if the load made it this many times longer (else a body near its
+# deadline redraws its chunk)
+TOKEN_LOAD = 3.0
 
 
 @dataclass
@@ -78,8 +82,11 @@ def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.n
     if wl.max_turns:  # the harness's turn limit
         steps = np.minimum(steps, wl.max_turns)
     n_steps = int(steps.sum())
-    # with a token workload, generation time comes from the serving engines
-    step_llm = wl.llm_time.sample(rng, n_steps) if wl.llm_time is not None else np.zeros(n_steps)
+    # with a token workload, a turn's time alone on an engine (the serving engines add the load)
+    step_llm = wl.llm_time.sample(rng, n_steps) if wl.llm_time is not None else None
+    if wl.tokens is not None:  # own stream: the other draws stay as they are
+        tok = _tokens(wl.tokens, stream(scn.seed, rep, "tokens", c), m, n_steps)
+        step_llm = unloaded_turns(tok, steps, scn.cluster.inference.engine, wl.tokens.max_context)
     step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
     call_tool = tool_mixture(scn).sample(rng, int(step_calls.sum()))
     if wl.tool_timeout:  # the harness cuts a tool call here and returns an error to the agent
@@ -96,12 +103,13 @@ def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.n
     }
     if detail:
         out.update(step_llm=step_llm, step_calls=step_calls, call_tool=call_tool)
-        if wl.tokens is not None:  # own stream: the other draws stay as they are
-            out.update(_tokens(wl.tokens, stream(scn.seed, rep, "tokens", c), m, n_steps))
+        if wl.tokens is not None:
+            out.update(tok)
     out["kept"] = {}
     if scn.policy.timeout and not detail:
         so, co = np.concatenate([[0], np.cumsum(steps)]), np.concatenate([[0], np.cumsum(calls)])
-        for k in np.flatnonzero(llm + tool > KEEP * scn.policy.timeout).tolist():
+        gen = llm * (TOKEN_LOAD if wl.tokens is not None else 1.0)
+        for k in np.flatnonzero(gen + tool > KEEP * scn.policy.timeout).tolist():
             out["kept"][c * CHUNK + k] = (step_llm[so[k] : so[k + 1]].copy(),  # copies: the chunk is freed
                                           step_calls[so[k] : so[k + 1]].copy(),
                                           call_tool[co[k] : co[k + 1]].copy())  # fmt: skip
@@ -115,6 +123,37 @@ def _tokens(tok, rng: np.random.Generator, m: int, n_steps: int) -> dict[str, np
         "step_append": _counts(tok.appended, rng, n_steps, 0),
         "step_output": _counts(tok.output, rng, n_steps, 1),
     }
+
+
+def unloaded_turns(
+    tok: dict[str, np.ndarray], steps: np.ndarray, engine, max_context: int | None
+) -> np.ndarray:
+    """Seconds of every turn alone on an engine with its prefix cached: the per-request
+    overhead, the prefill of what was appended (of the whole context on the first turn and after
+    a compaction) in chunks of ``max_batch_tokens``, and the decodes at the growing context. The
+    context evolves as in the step engine (``Cell._turn``). Vectorized over trajectories, one
+    pass per turn index."""
+    it = engine.iteration
+    off = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
+    append, output = tok["step_append"], tok["step_output"]
+    out_t = np.empty(len(append))
+    ctx = np.zeros(len(steps), dtype=np.int64)  # context after the previous turn (0: none yet)
+    for k in range(int(steps.max(initial=0))):
+        live = np.flatnonzero(steps > k)
+        at = off[live] + k
+        a, o, prev = append[at], output[at], ctx[live]
+        top = np.minimum(max_context or np.iinfo(np.int64).max, engine.kv_capacity_tokens - o)
+        restart = np.minimum(tok["prompt"][live] + a, top)
+        grow = (prev > 0) & (prev + a <= top)
+        c = np.where(grow, prev + a, restart)
+        prefill = np.where(grow, np.maximum(c - prev, 1), np.maximum(c, 1))  # all but the cached prefix
+        chunks = -(-prefill // engine.max_batch_tokens)
+        d = o - 1
+        out_t[at] = (engine.overhead + chunks * it.base + it.per_prefill_token * prefill
+                     + d * (it.base + it.per_decode + it.per_context_token * c)
+                     + it.per_context_token * d * (d + 1) / 2)  # fmt: skip
+        ctx[live] = c + o
+    return out_t
 
 
 def work_bytes(scn: Scenario) -> float:

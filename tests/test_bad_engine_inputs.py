@@ -52,8 +52,6 @@ CASES = {
     ),
     "tokens and llm_time": ({"s.yaml": {**tok(), "workload": {**tok()["workload"], "llm_time": 1}}}, RUN,
                             ["either 'llm_time'", "not both"]),
-    "tokens on the fast engine": ({"s.yaml": {**tok(), "fidelity": "trajectory"}}, RUN,
-                                  ["fidelity 'trajectory' is not available with workload.tokens"]),
     "negative iteration cost": (
         {"s.yaml": tok(engine={**ENGINE, "iteration": {"base": 0.01, "per_prefill_token": -1}})}, RUN,
         ["per_prefill_token"],

@@ -33,6 +33,7 @@ from .fleet import Fleet
 from .inference import InferenceTier, expected_busy_engines
 from .records import CANCELLED, FAILED, OK, STATUS, TIMEOUT, Records
 from .serving import ServingTier
+from .serving_pilot import Pilot, phases
 
 _AT_RISK = 1.25  # a body whose estimated end times this passes its deadline runs exact steps
 _JSQ = 0.5  # a request joins the least-loaded engine: about half a request below the mean
@@ -66,6 +67,7 @@ class _Chunk:
         self.left = len(inputs)
         self.ran = np.zeros(len(inputs), dtype=bool)  # rows written (the training loop starts a subset)
         self.detail: ChunkDetail | None = None  # per-step detail, drawn when a body needs it
+        self.scale: np.ndarray | None = None  # per trajectory: its luck (serving pilot)
 
 
 class Cell:
@@ -83,15 +85,17 @@ class Cell:
         progress: Callable[[int], None] | None = None,
         sink: Callable[[Records, int], None] | None = None,
         keep: bool = False,
+        pilot: Pilot | None = None,
     ):
         self.scn, self.sub, self.work = scn, sub, work
+        self.pilot = pilot  # serving engines at trajectory fidelity: the serving ratios drawn from it
         self.concurrency, self.rep = concurrency, rep
         self.step = fidelity == "step"
         self.env = simpy.Environment()
         self.rng = stream(scn.seed, rep, "substrate", sub.name, "run", concurrency)
         inf, c, f = scn.cluster.inference, sub.contention, sub.failures
         curves = any(isinstance(getattr(f, ph), dict) for ph in ("create", "exec", "teardown"))
-        self._loaded = bool((inf and inf.slowdown) or c.create or c.exec or c.teardown or curves)
+        self._loaded = bool((inf and inf.slowdown) or c.create or c.exec or c.teardown or curves or pilot)
         defer = not self.step and not self._loaded
         img = scn.workload.images
         sizes = img.size_gb.sample(stream(scn.seed, "images"), img.count) if img is not None else None
@@ -109,11 +113,21 @@ class Cell:
         # trajectory i + warm_pool is created with its image, and that trajectory takes it
         self._ahead = scn.policy.warm_pool if self._images else 0
         self._prefetched: dict[int, simpy.Process] = {}
-        tokens = scn.workload.tokens is not None
+        tokens = scn.workload.tokens is not None and self.step
         self._kv = inf.engine.kv_capacity_tokens if tokens else 0
         self._overhead = inf.engine.overhead if tokens else 0.0
         self.tier = ServingTier(self.env, inf) if tokens else InferenceTier(self.env, inf)
         self.acc = Accumulator()
+        # serving engines at trajectory fidelity (a pilot): a body's generation is its unloaded
+        # time x its luck x the pilot's load curve at the bodies running (re-read per segment)
+        self.bodies = 0  # trajectories running their body
+        self._x: dict[int, float] = {}  # luck of each running body
+        # the pilot's load ratio and engines busy at each count of bodies
+        curve = [pilot.at(b / inf.engines) for b in range(concurrency + 2)] if pilot else []
+        self._curve = [x for x, _ in curve]  # the load ratio at each count of bodies
+        self._busy_at = [inf.engines * f for _, f in curve]  # engines busy at each count
+        self._gpu, self._t_bodies = 0.0, 0.0  # engine busy seconds so far, and until when
+        self.turn_log: list | None = None  # a pilot's turns: (trajectory, bodies, seconds, unloaded)
         self.sink, self.keep, self.kept = sink, keep, []
         self.progress = progress
         self._done = 0
@@ -123,7 +137,8 @@ class Cell:
         # its current segment in generation (the tier) and in exec overhead (per host)
         self._gen_load = 0.0
         self._heads = bool(inf and inf.slowdown)  # a segment's first generation waited on its own
-        self._slowdown, self._engines = (inf.slowdown, inf.engines) if self._heads else (0.0, 1)
+        self._slowdown = inf.slowdown if self._heads else 0.0
+        self._engines = inf.engines if inf else 1
         self._f_exec = self.fleet.factor["exec"]
         # segment control: the load is steady in an async batch run once every worker has
         # started a body and until the queue runs dry
@@ -159,6 +174,11 @@ class Cell:
                 arrival = self._last_arrival + np.cumsum(gaps)
                 self._last_arrival = float(arrival[-1])
             st = self._chunks[c] = _Chunk(lo, inputs, d, arrival)
+            if self.pilot is not None:
+                n = len(inputs)
+                phase = phases(w.n, self.concurrency, self.scn, lo, lo + n)
+                rng = stream(self.scn.seed, self.rep, "serving", self.sub.name, self.concurrency, c)
+                st.scale = self.pilot.draw(rng, w.llm[sl], phase)
         return st
 
     def arrival(self, i: int) -> float:
@@ -314,7 +334,12 @@ class Cell:
                 p_exec = fleet.fail["exec"](fleet.load(dom) + 1.0)
                 fail_call = first_failure(u_exec0 if first else rng.random(), p_exec, int(calls))
                 body = self._body_steps if self.step else self._body_fast
+                self._count_bodies(+1)
+                if self.pilot is not None:
+                    self._x[i] = float(st.scale[i - st.lo])
                 status, llm, steps, busy = yield from body(i, dom, deadline, fail_call, env.now + lag)
+                self._x.pop(i, None)
+                self._count_bodies(-1)
             if fleet.defer:
                 lag += busy
             if self._reuse and status != LOST:
@@ -360,6 +385,15 @@ class Cell:
             self._finish(i // CHUNK)
         return row
 
+    def _count_bodies(self, change: int) -> None:
+        """A body starts (+1) or ends (-1); with a pilot, engine busy time accrues at the pilot's
+        busy fraction for the bodies running until now."""
+        if self._curve:
+            now = self.env.now
+            self._gpu += self._busy_at[min(self.bodies, len(self._busy_at) - 1)] * (now - self._t_bodies)
+            self._t_bodies = now
+        self.bodies += change
+
     def _image(self, i: int) -> int:
         """Trajectory ``i``'s task image (its task ``i // G`` modulo the images), -1 without images."""
         return (i // self._G) % self._images if self._images else -1
@@ -401,7 +435,9 @@ class Cell:
         the other bodies (a request joins the least-loaded engine, about half a request below
         the mean; an exec counts itself, as in the step engine)."""
         x_l = 1.0
-        if self._heads:  # a loaded tier
+        if self._curve:  # serving engines: the pilot's load curve at the bodies running
+            x_l = self._curve[min(self.bodies, len(self._curve) - 1)]
+        elif self._heads:  # a loaded tier
             x_l = 1.0 + self._slowdown * max(self._gen_load / self._engines - _JSQ, 0.0)
         fleet = self.fleet
         return x_l, self._f_exec(1.0 + fleet.ops[host] + fleet.exec_load[host])
@@ -417,17 +453,20 @@ class Cell:
             st.detail = chunk_detail(self.scn, self.sub, self.rep, self.work, c)
         return st.detail
 
+    # per-step detail of a body, its generation scaled by the body's own multiplier (serving pilot)
     def _cut(self, i, s0, s1, x_l, x_e, left, skip=False) -> tuple[int, float]:
         d, j = self._span(i)
-        return d.cut(j, s0, s1, x_l, x_e, left, skip)
+        return d.cut(j, s0, s1, x_l * self._x.get(i, 1.0), x_e, left, skip)
 
     def _sums(self, i: int, s0: int, s1: int) -> tuple[float, float, float]:
         d, j = self._span(i)
-        return d.sums(j, s0, s1)
+        g, o, t = d.sums(j, s0, s1)
+        return g * self._x.get(i, 1.0), o, t
 
     def _lost_at(self, i: int, fail_call: int) -> tuple[int, tuple[float, float, float]]:
         d, j = self._span(i)
-        return d.lost_at(j, fail_call)
+        s, (g, o, t) = d.lost_at(j, fail_call)
+        return s, (g * self._x.get(i, 1.0), o, t)
 
     def _span(self, i: int) -> tuple[ChunkDetail, int]:
         """Trajectory ``i``'s per-step detail and its index within it: kept when the workload
@@ -445,6 +484,7 @@ class Cell:
         env, st = self.env, self._chunks[i // CHUNK]
         j = i - st.lo
         *_, llm, over, tool, setup, reward, steps = st.inputs[j].tolist()  # _IN
+        llm *= self._x.get(i, 1.0)
         status, units, tail = OK, steps, None
         if fail_call:
             status = LOST
@@ -636,6 +676,8 @@ class Cell:
 
     def _body_steps(self, i: int, host: int, deadline: float, fail_call: int, t_begin: float):
         out = yield from self._steps(i, host, deadline, fail_call)
+        if isinstance(self.tier, ServingTier):
+            self.tier.close(i)
         return (*out, self.env.now - t_begin)
 
     def _steps(self, i: int, host: int, deadline: float, fail_call: int):
@@ -671,6 +713,8 @@ class Cell:
                     ok = yield from self._await(req.done, deadline)
                     if not ok:
                         tier.cancel(req)
+                    elif self.turn_log is not None:
+                        self.turn_log.append((i, self.bodies, env.now - t0, float(w.step_llm[s])))
                 ctx += out
             else:
                 engine, dur = tier.duration(float(w.step_llm[s]) * x)
@@ -706,5 +750,7 @@ class Cell:
             return 0.0
         if self.step:
             return self.tier.busy_seconds
+        if self.pilot is not None:  # the pilot's busy fraction over time, at the bodies running
+            return self._gpu
         load, width = self.acc.load.mean_load(self.acc.end)
         return float((expected_busy_engines(np.maximum(load, 0.0), inf.engines) * width).sum())

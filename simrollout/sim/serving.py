@@ -16,7 +16,8 @@ request that does not fit waits, first come first served. A turn whose prefix is
 prefills only what was appended; after an eviction the whole context is prefilled again.
 
 Routing: ``sticky`` sends a turn to the engine that holds its trajectory's prefix (else the least
-loaded); ``least_loaded`` always to the engine with the fewest running and waiting requests.
+loaded); ``least_loaded`` always to the engine with the fewest running and waiting requests. Ties
+go to the engine that is home to the fewest running trajectories (whose latest turn it cached).
 
 >>> import simpy
 >>> from simrollout.scenario import Inference
@@ -163,7 +164,7 @@ class ServingEngine:
                 self._drop(req.traj)
             self.cache[req.traj] = req.ctx
             self.cached += req.ctx
-            self.tier.home[req.traj] = self.index
+            self.tier.rehome(req.traj, self.index)
         req.end = self.env.now
         self._trace()
         self.tier.finished(req)
@@ -252,6 +253,7 @@ class ServingTier:
         ]
         self.sticky = spec.routing == "sticky"
         self.home: dict[int, int] = {}  # trajectory -> the engine that cached its latest turn
+        self.homed = [0] * spec.engines  # running trajectories whose latest turn each engine cached
         self.trace: list | None = None  # (time, engine, requests on it) when a timeline is asked for
         self.requests = self.queued = self.evicted = self.compacted = 0
         self.prefill_tokens = self.decode_tokens = 0
@@ -270,10 +272,25 @@ class ServingTier:
         engines = self.engines
         e = self.home.get(traj) if self.sticky else None
         if e is None or not engines[e].holds(traj):  # (sticky: only that engine can hold it)
-            e = min(range(len(engines)), key=lambda k: engines[k].load)
+            homed = self.homed
+            e = min(range(len(engines)), key=lambda k: (engines[k].load, homed[k]))
         req.engine = e
         engines[e].submit(req)
         return req
+
+    def rehome(self, traj: int, engine: int) -> None:
+        old = self.home.get(traj)
+        if old is not None:
+            self.homed[old] -= 1
+        self.home[traj] = engine
+        self.homed[engine] += 1
+
+    def close(self, traj: int) -> None:
+        """Trajectory ``traj`` ended: it no longer counts where its prefix is (its blocks stay
+        cached until evicted)."""
+        old = self.home.pop(traj, None)
+        if old is not None:
+            self.homed[old] -= 1
 
     def cancel(self, req: Request) -> None:
         if req.engine >= 0 and not req.done.triggered:
