@@ -49,8 +49,8 @@ def phases(n: int, concurrency: int, scn: Scenario, lo: int = 0, hi: int | None 
 
 def slice_scenario(scn: Scenario, sub: Substrate, concurrency: int) -> tuple[Scenario, int]:
     """The pilot: ``(scenario at step fidelity on a slice of the cluster, its concurrency)``."""
-    from ..sweeps import base_dict
     from ..scenario import scenario_from_dict
+    from ..sweeps import base_dict
 
     inf = scn.cluster.inference
     per_engine = concurrency / inf.engines
