@@ -126,13 +126,14 @@ def serving() -> dict:
             "iterations_per_event": round(iterations / events, 1)}  # fmt: skip
 
 
-def fidelity_matrix(trajectories: int, steps: int) -> list[dict]:
-    """Trajectory vs step fidelity on every row of simrollout.fidelity.matrix(), with the speedup
-    and, for the trajectory run, what ``fidelity: auto`` would choose at full size."""
+def fidelity_matrix(trajectories: int, steps: int, only: str = "") -> list[dict]:
+    """Trajectory vs step fidelity on every row of simrollout.fidelity.matrix() (whose name
+    contains ``only``), with the speedup and, for the trajectory run, what ``fidelity: auto``
+    would choose at full size."""
     from simrollout.fidelity import compare
 
     rows = []
-    for row in matrix():
+    for row in (r for r in matrix() if only in r.name):
         c = compare(row, trajectories=trajectories, steps=steps)
         rows.append({**c.as_dict(), "step_wall_s": round(c.step_seconds, 2),
                      "trajectory_wall_s": round(c.fast_seconds, 2)})  # fmt: skip
@@ -179,9 +180,10 @@ def main() -> None:
     ap.add_argument("--fidelity", action="store_true", help="only the fidelity matrix, as markdown")
     ap.add_argument("--trajectories", type=int, default=6_000, help="per matrix row")
     ap.add_argument("--steps", type=int, default=30, help="per trajectory, in the matrix")
+    ap.add_argument("--only", default="", help="matrix rows whose name contains this (e.g. tokens)")
     args = ap.parse_args()
     if args.fidelity:
-        print(matrix_markdown(fidelity_matrix(args.trajectories, args.steps)))
+        print(matrix_markdown(fidelity_matrix(args.trajectories, args.steps, args.only)))
         return
     n_cmp = 1_000 if args.quick else args.trajectories
     sections = {

@@ -109,8 +109,10 @@ class Pilot:
                 float(np.interp(per_engine, self.load, self.busy)))  # fmt: skip
 
     def draw(self, rng: np.random.Generator, unloaded: np.ndarray, phase: np.ndarray) -> np.ndarray:
-        """Luck of trajectories of these unloaded seconds and phases."""
-        pick = rng.random(len(phase))
+        """Luck of trajectories of these unloaded seconds and phases (stratified: the residuals'
+        quantiles are spread evenly over the trajectories, in random order)."""
+        n = len(phase)
+        pick = (rng.permutation(n) + rng.random(n)) / max(n, 1)
         x = np.log(np.clip(unloaded, *self.u_range))
         out = np.empty(len(phase))
         for p in (FIRST, STEADY, LAST):
