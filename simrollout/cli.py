@@ -603,6 +603,9 @@ def validate(
     base_url: str | None = typer.Option(None, help="--engine: the server's URL."),
     model: str = typer.Option("default", help="--engine: the model name."),
     request_extra: str = typer.Option("{}", help="--engine: extra request fields as JSON."),
+    repeat: int = typer.Option(
+        1, help="--engine: real runs of the agent loop; compared by their median, their spread shown."
+    ),
 ) -> None:
     """Run a real mini-rollout, simulate the same, and print the difference per metric and target.
     Exit code 1 when a target is missed."""
@@ -628,7 +631,7 @@ def validate(
     if engine:
         extra = _json_option(request_extra, "--request-extra")
         return _validate_engine(
-            profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra
+            profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra, repeat
         )
     llm, rate = 0, None
     if held_out:
@@ -661,9 +664,10 @@ def _conclude(title: str, simulated: str, table, record: Path | None, keep) -> N
         ok = tgt is None or tgt != tgt or abs(r.diff_pct) <= tgt
         missed += not ok
         mark = "" if tgt is None or tgt != tgt else f"{'ok' if ok else 'MISSED'} ±{tgt:.0f}%"
-        t.add_row(
-            str(r.concurrency), r.metric, f"{r.real:.3f}", f"{r.simulated:.3f}", f"{r.diff_pct:+.1f}", mark
-        )
+        real = f"{r.real:.3f}"
+        if r.get("runs", 1) > 1:  # the median of repeated real runs, and their spread
+            real += f" ({r.real_min:.3f}-{r.real_max:.3f})"
+        t.add_row(str(r.concurrency), r.metric, real, f"{r.simulated:.3f}", f"{r.diff_pct:+.1f}", mark)
     Console().print(t)
     if record is not None:
         with atomic_folder(record) as tmp:
@@ -675,7 +679,7 @@ def _conclude(title: str, simulated: str, table, record: Path | None, keep) -> N
 
 
 def _validate_engine(
-    profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra
+    profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra, repeat=1
 ) -> None:
     """``validate --engine``: the agent loop on a real server vs its simulation."""
     from .calibration.engine_probe import Server
@@ -687,10 +691,16 @@ def _validate_engine(
     scn = agent_scenario(
         profile, trajectories, steps, levels, prompt=256, appended=64, output=32, tool=tool, seed=seed
     )
+    import pandas as pd
+
     server = Server(base_url, model)
-    real = real_agent_loop(server, scn, seed, extra)
+    if repeat < 1:
+        raise InputError(f"--repeat: expected a positive count of real runs, got {repeat}.")
+    real = pd.concat([real_agent_loop(server, scn, seed, extra, run=k) for k in range(repeat)])
     table = compare_engine(real, scn)
     title = f"validate --engine: {trajectories} x {steps} turns on {base_url}"
+    if repeat > 1:
+        title += f", real: median of {repeat} runs"
     _conclude(title, "simulated", table, record,
               lambda tmp: keep(tmp, scn, real, table, server, extra, profile, record))  # fmt: skip
 

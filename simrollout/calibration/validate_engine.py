@@ -53,8 +53,11 @@ def agent_scenario(
     return scenario_from_dict(data, Path.cwd() / "validate-engine.yaml")
 
 
-def real_agent_loop(server: Server, scn: Scenario, seed: int = 0, extra: dict | None = None) -> pd.DataFrame:
-    """Run the scenario's trajectories against the server: one row per request."""
+def real_agent_loop(
+    server: Server, scn: Scenario, seed: int = 0, extra: dict | None = None, run: int = 0
+) -> pd.DataFrame:
+    """Run the scenario's trajectories against the server: one row per request. ``run`` numbers
+    a repetition: the same token counts and tool waits, other text (nothing cached from before)."""
     server.check()
     work = draw_work(scn, 0, detail=True)
     tok = scn.workload.tokens
@@ -65,7 +68,7 @@ def real_agent_loop(server: Server, scn: Scenario, seed: int = 0, extra: dict | 
         t_origin = time.perf_counter()
 
         def one(i: int, level=level, t_origin=t_origin) -> None:
-            rng = random.Random(f"{seed}-{level}-{i}")
+            rng = random.Random(f"{seed}-{level}-{i}" if run == 0 else f"{seed}-{run}-{level}-{i}")
             context = text(int(work.prompt[i]), rng)
             call = int(work.call_off[i])
             for s in range(int(work.step_off[i]), int(work.step_off[i + 1])):
@@ -97,7 +100,7 @@ def real_agent_loop(server: Server, scn: Scenario, seed: int = 0, extra: dict | 
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
     del tok
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).assign(run=run)
 
 
 def _metrics(requests: np.ndarray, makespan: float) -> dict[str, float]:
@@ -109,24 +112,30 @@ def _metrics(requests: np.ndarray, makespan: float) -> dict[str, float]:
 
 
 def compare_engine(real: pd.DataFrame, scn: Scenario) -> pd.DataFrame:
-    """Per level: the real and simulated request latency p50/p99 and makespan."""
+    """Per level: the real and simulated request latency p50/p99 and makespan. With repeated
+    real runs (column ``run``), the real figure is their median and ``real_min``/``real_max``
+    their spread (the engine's own run-to-run noise)."""
     from ..executors import run_scenario
 
     res = run_scenario(scn)
+    runs = sorted(real["run"].unique()) if "run" in real else [0]
     out = []
     for level in scn.cluster.levels:
-        r = real[real.concurrency == level]
-        reqs = r[r.step >= 0]
-        ends = r[r.step < 0].start
-        got = _metrics(reqs.latency.to_numpy(), float(ends.max()))
+        per_run = []
+        for k in runs:
+            r = real[(real.concurrency == level) & ((real["run"] == k) if "run" in real else True)]
+            reqs = r[r.step >= 0]
+            per_run.append(_metrics(reqs.latency.to_numpy(), float(r[r.step < 0].start.max())))
         row = res.summary[res.summary.concurrency == level].iloc[0]
         sim = {"request_p50": row.llm_request_p50, "request_p99": row.llm_request_p99,
                "makespan": row.makespan_hours * 3600}  # fmt: skip
-        for m, a in got.items():
-            b = float(sim[m])
+        for m in per_run[0]:
+            vals = [g[m] for g in per_run]
+            a, b = float(np.median(vals)), float(sim[m])
             diff = 100 * (b - a) / a if a else float("nan")
             out.append({"concurrency": level, "metric": m, "real": a, "simulated": b, "diff_pct": diff,
-                        "target_pct": TARGETS[m]})  # fmt: skip
+                        "target_pct": TARGETS[m], "real_min": min(vals), "real_max": max(vals),
+                        "runs": len(vals)})  # fmt: skip
     return pd.DataFrame(out)
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import simpy
 
@@ -147,3 +149,23 @@ def test_calibrate_cli_writes_an_engine_profile_a_scenario_can_use(tmp_path):
     mixed.write_text("\n".join(lines + [json.dumps(sandbox)]) + "\n")
     bad = cli("calibrate", mixed, "-o", tmp_path / "m.yaml")
     assert bad.returncode == 2 and "mixes engine records" in bad.stderr
+
+
+def test_validate_engine_compares_with_the_median_of_repeated_real_runs():
+    from simrollout.calibration.validate_engine import agent_scenario, compare_engine
+
+    root = Path(__file__).resolve().parents[2]
+    scn = agent_scenario(root / "calibration/engines/llama-cpp-tiny.yaml", 2, 3, [1], 64, 16, 8,
+                         {"kind": "lognormal", "median": 0.05, "p99": 0.5})  # fmt: skip
+    rows = []
+    for run, (lat, end) in enumerate([(1.0, 10.0), (3.0, 30.0), (2.0, 50.0)]):  # three real runs
+        rows += [{"concurrency": 1, "trajectory": i, "step": s, "start": 0.0, "latency": lat, "run": run}
+                 for i in range(2) for s in range(3)]  # fmt: skip
+        rows += [{"concurrency": 1, "trajectory": i, "step": -1, "start": end, "latency": 0.0, "run": run}
+                 for i in range(2)]  # fmt: skip
+    table = compare_engine(pd.DataFrame(rows), scn).set_index("metric")
+    assert table.loc["request_p50", "real"] == 2.0 and table.loc["makespan", "real"] == 30.0
+    assert (table.loc["makespan", "real_min"], table.loc["makespan", "real_max"]) == (10.0, 50.0)
+    assert (table.runs == 3).all()
+    sim = table.loc["makespan", "simulated"]
+    assert table.loc["makespan", "diff_pct"] == pytest.approx(100 * (sim - 30.0) / 30.0)
