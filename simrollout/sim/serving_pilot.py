@@ -70,8 +70,12 @@ def slice_scenario(scn: Scenario, sub: Substrate, concurrency: int) -> tuple[Sce
     cap = s.get("capacity", {})
     if cap.get("quota"):
         cap["quota"] = part(cap["quota"])
-    elif cap.get("sandboxes_per_host"):
-        cap["hosts"] = part(cap.get("hosts", 1))
+    elif cap.get("sandboxes_per_host"):  # the same slots per trajectory: fewer hosts, or a smaller one
+        hosts = cap.get("hosts", 1)
+        if hosts * f >= 1:
+            cap["hosts"] = part(hosts)
+        else:
+            cap["hosts"], cap["sandboxes_per_host"] = 1, part(hosts * cap["sandboxes_per_host"])
     if s.get("create_rate"):
         s["create_rate"] = s["create_rate"] * f
     pol = d["policy"]

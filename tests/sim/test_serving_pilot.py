@@ -68,6 +68,11 @@ def test_the_pilot_is_a_slice_of_the_cluster():
     sub = pilot.substrates[0]
     assert sub.capacity.hosts == 1 and sub.create_rate == pytest.approx(10.0)
     assert pilot.policy.warm_pool == 8 and pilot.cluster.clients == 2
+    # fewer hosts than one in the slice: one host with the slice's share of the slots
+    d["substrates"][0]["capacity"] = {"hosts": 2, "sandboxes_per_host": 64}
+    pilot, conc = slice_scenario(scenario_from_dict(d), scn.substrates[0], 256)
+    cap = pilot.substrates[0].capacity
+    assert (cap.hosts, cap.sandboxes_per_host, conc) == (1, 32, 64)
 
 
 def test_phases_of_an_async_batch_run_and_of_the_others():
