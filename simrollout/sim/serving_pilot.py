@@ -2,15 +2,20 @@
 
 The trajectory engine cannot run every iteration of a million trajectories' turns, so a cell of a
 token workload first runs a *pilot*: the same scenario at step fidelity on a slice of the
-cluster — ``E'`` of its ``E`` engines, and concurrency, hosts (or quota), clients, warm pool,
-create rate and arrival rate scaled by ``E'/E`` — for a few waves of trajectories. A trajectory's
-*serving ratio* is its generation time in the pilot over its unloaded generation time (every turn
-alone on an engine with its prefix cached, :func:`simrollout.workload.unloaded_turns`): queueing
-for KV space, batching, prefixes evicted while tools ran and prefilled again are all in it. The
-trajectory engine then draws each trajectory's ratio from the pilot's trajectories of the same
-phase (the first wave, the steady state, the last wave of an async batch run) and runs its body
-with ``unloaded x ratio`` of generation. Engine busy time comes from the pilot's busy seconds per
-generation second; the serving metrics are the pilot's, counts scaled to the run's turns.
+cluster — ``E'`` of its ``E`` engines, and concurrency, sandbox slots (or quota), clients, warm
+pool, create rate and arrival rate scaled by ``E'/E`` — for a few waves of trajectories. From it:
+
+- the *load curve*: a turn's seconds over its unloaded seconds (alone on an engine with its
+  prefix cached, :func:`simrollout.workload.unloaded_turns`) by the bodies running per engine when
+  it began — KV queueing, batching and prefixes prefilled again after an eviction are all in it;
+- the share of engines busy by the bodies running per engine;
+- each trajectory's *luck*: its generation seconds over what the load curve gives its turns,
+  fitted per phase (first wave, steady state, last wave of an async batch run) as log-linear in
+  its unloaded seconds, with the residuals kept.
+
+The trajectory engine then runs each body with ``unloaded x luck x curve(bodies / E)``, the curve
+re-read per segment, and accrues engine busy time as ``E x busy share`` over time. The serving
+metrics in its table are the pilot's, counts scaled to the run's turns.
 
 The fidelity matrix (docs/performance.md) holds this against the step engine run whole.
 """
