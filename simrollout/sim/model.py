@@ -88,7 +88,7 @@ class Cell:
         pilot: Pilot | None = None,
     ):
         self.scn, self.sub, self.work = scn, sub, work
-        self.pilot = pilot  # serving engines at trajectory fidelity: the serving ratios drawn from it
+        self.pilot = pilot  # serving engines at trajectory fidelity: load curve, busy share, luck
         self.concurrency, self.rep = concurrency, rep
         self.step = fidelity == "step"
         self.env = simpy.Environment()
