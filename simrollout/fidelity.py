@@ -32,8 +32,9 @@ TOLERANCE = {
     "light": {"worker_hours": 0.5, "makespan_hours": 1.0, "duration_p50": 1.0, "duration_p99": 2.0},
     "loaded": {m: 3.0 for m in ("worker_hours", "makespan_hours", "duration_p50", "duration_p99")},
     # serving engines from a pilot (simrollout.sim.serving_pilot): each trajectory's luck is a
-    # draw, not what that trajectory met in the step engine, so p99 carries sampling noise
-    "serving": {"worker_hours": 0.5, "makespan_hours": 3.0, "duration_p50": 3.0, "duration_p99": 5.0},
+    # draw, not what that trajectory met in the step engine, and the pilot is a sample, so p50
+    # and p99 carry sampling noise (at 4,000 x 20: up to 3.5% and 6.8% across runs)
+    "serving": {"worker_hours": 0.5, "makespan_hours": 3.0, "duration_p50": 5.0, "duration_p99": 8.0},
 }
 
 LOADS = {

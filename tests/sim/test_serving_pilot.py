@@ -118,7 +118,7 @@ def test_the_headline_engine_count_changes_makespan_and_gpu_cost():
 
 def test_headline_engines_in_the_fast_engine_match_the_step_engine():
     step, fast = headline(3072, 64, "step"), headline(3072, 64, "trajectory")  # 6 waves
-    for m, limit in (("makespan_hours", 3.0), ("duration_p50", 3.0), ("duration_p99", 5.0)):
+    for m, limit in (("makespan_hours", 3.0), ("duration_p50", 5.0), ("duration_p99", 8.0)):
         assert abs(fast[m] / step[m] - 1) * 100 <= limit, (m, fast[m], step[m])
     assert fast.worker_hours == pytest.approx(step.worker_hours, rel=5e-3)
     assert abs(fast.gpu_idle_fraction - step.gpu_idle_fraction) < 0.1
