@@ -693,9 +693,9 @@ def _validate_engine(
     )
     import pandas as pd
 
-    server = Server(base_url, model)
     if repeat < 1:
         raise InputError(f"--repeat: expected a positive count of real runs, got {repeat}.")
+    server = Server(base_url, model)
     real = pd.concat([real_agent_loop(server, scn, seed, extra, run=k) for k in range(repeat)])
     table = compare_engine(real, scn)
     title = f"validate --engine: {trajectories} x {steps} turns on {base_url}"

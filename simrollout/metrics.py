@@ -28,7 +28,6 @@ class Accumulator:
         self.worker = self.sandbox = self.duration_sum = self.end = 0.0
         self.queue_wait_sum = self.acquire_wait_sum = 0.0
         self.steps_completed = self.turns = 0  # steps of completed trajectories; turns begun by all
-        self.llm = 0.0  # seconds of generation, all trajectories
         kinds = ("duration", "completed_duration", "cold_start", "queue_wait", "acquire_wait")
         self.sketch = {k: QuantileSketch() for k in kinds}
         self.load = LoadBins()  # generating requests over time (GPU estimate, trajectory fidelity)
@@ -50,7 +49,6 @@ class Accumulator:
         self.sketch["completed_duration"].add(rec.duration[ok])
         self.steps_completed += int(rec.steps_done[ok].sum())
         self.turns += int(rec.steps_done.sum()) + int((rec.status != OK).sum())  # + a cut last turn
-        self.llm += float(rec.llm.sum())
         self.end = max(self.end, float(rec.end.max()) if rec.end.size else 0.0)
         for key, x in (("duration", rec.duration), ("cold_start", rec.cold), ("queue_wait", rec.queue_wait),
                        ("acquire_wait", rec.acquire_wait)):  # fmt: skip

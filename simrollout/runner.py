@@ -91,11 +91,12 @@ def run_cell(
         pilot = run_pilot(scn, sub, key.concurrency, key.replication)
     cell = Cell(scn, sub, key.concurrency, key.replication, work, fid, progress, sink, keep, pilot)
     rec = cell.run()
+    busy = cell.gpu_busy_seconds()
     summary = summarize(
         cell.acc,
         scn,
         sub,
-        cell.gpu_busy_seconds(),
+        busy,
         extra_sandbox_seconds=cell.fleet.pool_sandbox_seconds + cell.fleet.parked_seconds,
         peak_sandboxes=cell.fleet.peak_sandboxes,
         pool_idle_seconds=cell.fleet.pool_idle_seconds,
@@ -107,7 +108,7 @@ def run_cell(
     if pilot is not None:
         summary.update(pilot.scaled_summary(cell.acc.turns))
         engine_seconds = scn.cluster.inference.engines * cell.acc.end
-        summary["engine_busy_fraction"] = cell.gpu_busy_seconds() / engine_seconds if engine_seconds else 0.0
+        summary["engine_busy_fraction"] = busy / engine_seconds if engine_seconds else 0.0
     elif scn.workload.tokens is not None:
         summary.update(cell.tier.summary(cell.acc.end))
     if cell.loop is not None:

@@ -118,14 +118,12 @@ def compare_engine(real: pd.DataFrame, scn: Scenario) -> pd.DataFrame:
     from ..executors import run_scenario
 
     res = run_scenario(scn)
-    runs = sorted(real["run"].unique()) if "run" in real else [0]
+    if "run" not in real:  # one real run
+        real = real.assign(run=0)
     out = []
     for level in scn.cluster.levels:
-        per_run = []
-        for k in runs:
-            r = real[(real.concurrency == level) & ((real["run"] == k) if "run" in real else True)]
-            reqs = r[r.step >= 0]
-            per_run.append(_metrics(reqs.latency.to_numpy(), float(r[r.step < 0].start.max())))
+        per_run = [_metrics(r[r.step >= 0].latency.to_numpy(), float(r[r.step < 0].start.max()))
+                   for _, r in real[real.concurrency == level].groupby("run")]  # fmt: skip
         row = res.summary[res.summary.concurrency == level].iloc[0]
         sim = {"request_p50": row.llm_request_p50, "request_p99": row.llm_request_p99,
                "makespan": row.makespan_hours * 3600}  # fmt: skip
