@@ -521,6 +521,11 @@ def calibrate(
         help="per-operation (each operation at its own count in flight) or per-level (a level's "
         "mean count against its median, as profiles before 2026-12 were made).",
     ),
+    contention_weights: bool = typer.Option(
+        True,
+        help="Per-operation points: weigh each other phase's operations in a phase's load by how "
+        "much they slow it (fitted), instead of counting every operation in flight as one.",
+    ),
 ) -> None:
     """Fit latency distributions to probe records and write a substrate profile (or, from
     ``probe openai`` records, an engine profile)."""
@@ -557,7 +562,7 @@ def calibrate(
         )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        profile, plots = fit(records, name, criterion, image_cache_gb, contention_points)
+        profile, plots = fit(records, name, criterion, image_cache_gb, contention_points, contention_weights)
     for w in caught:
         err.print(f"warning: {w.message}")
     write_profile(profile, out)
@@ -569,6 +574,9 @@ def calibrate(
             f"{phase:9s} n={f['n']:<5d} {f['selected']:20s} KS={ks['ks']:.3f} (p={ks['ks_pvalue']:.2f})"
             f"  quantile error {rel}  contention slope {f['contention_slope']:.3f}"
         )
+        if f.get("contention_weights"):
+            weighed = ", ".join(f"{q} {v:.2f}" for q, v in f["contention_weights"].items())
+            typer.echo(f"{'':9s} in its load, one operation in flight of: {weighed}")
         cov = f["coverage"]
         if cov and cov["under_sampled"]:
             for advice in cov["advice"]:
@@ -589,7 +597,7 @@ def validate(
         False,
         "--held-out",
         help="The held-out workload: another tool mix, an LLM wait, staggered "
-        "arrivals, levels 24 and 40 (overrides --concurrency and the tool options).",
+        "arrivals, levels 20 and 36 (overrides --concurrency and the tool options).",
     ),  # fmt: skip
     image: str = typer.Option("simrollout-busybox:local", help="Image."),
     seed: int = typer.Option(0, help="Seed of the drawn command durations."),

@@ -137,6 +137,8 @@ class Failures(_Model):
         return lambda n: float(np.interp(n, xs, ys))
 
 
+PHASES = ("create", "exec", "teardown")  # the lifecycle operations that contend
+Phase = Literal["create", "exec", "teardown"]
 Slowdown = NonNegativeFloat | dict[Annotated[float, Field(ge=1)], PositiveFloat]
 
 
@@ -155,10 +157,24 @@ class Contention(_Model):
     # service (a shared control plane), or per rollout client (cluster.clients; what a probe from
     # one client measures of a hosted service)
     scope: Literal["host", "service", "client"] = "host"
+    # how much one operation of another phase in flight counts towards a phase's load, relative
+    # to one of its own (a create slows creates more than an exec does); missing weights are 1
+    weights: dict[Phase, dict[Phase, NonNegativeFloat]] | None = None
 
     def factor(self, phase: str):
         """The multiplier as a function of operations in flight."""
         return slowdown(getattr(self, phase))
+
+    def weight_rows(self) -> dict[str, tuple[float, float, float]] | None:
+        """Per phase, the weights of (create, exec, teardown) operations in its load; None when
+        every operation counts one."""
+        if not self.weights:
+            return None
+        rows = {}
+        for ph in PHASES:
+            got = self.weights.get(ph, {})
+            rows[ph] = tuple(1.0 if q == ph else float(got.get(q, 1.0)) for q in PHASES)
+        return rows
 
 
 def slowdown(spec) -> Callable[[float], float]:

@@ -9,6 +9,7 @@ concurrency level gives the profile's contention slopes and failure probabilitie
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import warnings
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 from scipy import stats
+from scipy.optimize import isotonic_regression
 
 from ..contention import Curve
 from ..distributions import (
@@ -30,7 +32,7 @@ from ..distributions import (
     dump_dist,
 )
 from ..errors import InputError
-from ..scenario import Substrate
+from ..scenario import PHASES, Substrate
 from .probe import PROBE_LEVELS
 
 MIN_SAMPLES = 10
@@ -184,6 +186,63 @@ def in_flight(records: list[dict]) -> np.ndarray:
     return out
 
 
+def in_flight_by_phase(records: list[dict]) -> dict[str, np.ndarray]:
+    """Per lifecycle phase, its operations in flight (same run and level) at each record's start,
+    the record itself included."""
+    out = {ph: np.zeros(len(records)) for ph in PHASES}
+    groups: dict[tuple, list[int]] = {}
+    for k, r in enumerate(records):
+        groups.setdefault((r["run_id"], r["concurrency"]), []).append(k)
+    for idx in groups.values():
+        s = np.array([records[k]["start"] for k in idx])
+        for ph in PHASES:
+            mine = [k for k in idx if records[k]["phase"] == ph]
+            s_ph = np.sort([records[k]["start"] for k in mine])
+            e_ph = np.sort([records[k]["start"] + records[k]["latency"] for k in mine])
+            out[ph][idx] = np.searchsorted(s_ph, s, side="right") - np.searchsorted(e_ph, s, side="right")
+    return out
+
+
+WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)  # candidate weights of another phase
+WEIGHTS_P = 0.001  # weights by phase only when they predict held-out operations better at this level
+
+
+def _held_out_errors(own: np.ndarray, others: list[np.ndarray], w: tuple, y: np.ndarray) -> np.ndarray:
+    """Each operation's squared error under a monotone curve of log latency ``y`` on the weighted
+    count in flight, the curve fitted on the other half of the operations (two folds)."""
+    n = own + sum(wq * c for wq, c in zip(w, others))
+    err = np.empty(len(y))
+    for fold in (0, 1):
+        train = np.arange(len(y)) % 2 == fold
+        xs, at = np.unique(n[train], return_inverse=True)  # operations at one count: one point
+        size = np.bincount(at)
+        fit = isotonic_regression(np.bincount(at, weights=y[train]) / size, weights=size).x
+        err[~train] = (y[~train] - np.interp(n[~train], xs, fit)) ** 2
+    return err
+
+
+def operation_weights(
+    phase: str, latency: np.ndarray, counts: dict[str, np.ndarray]
+) -> dict[str, float] | None:
+    """How much one operation of each other phase in flight slows ``phase``, relative to one of
+    its own: the weights (from :data:`WEIGHT_GRID`) whose weighted count gives the monotone curve
+    of log latency that best predicts held-out operations (two folds). A phase never seen in
+    flight alongside keeps weight 1 (left out). None (every operation counts one) unless the
+    weights' held-out errors are smaller than counting every operation as one's (paired t-test,
+    one-sided, at :data:`WEIGHTS_P`)."""
+    cols = [q for q in PHASES if q != phase and np.ptp(counts[q]) > 0]
+    if not cols or np.ptp(counts[phase]) == 0 or len(latency) < 40:
+        return None
+    y = np.log(np.maximum(latency, 1e-9))
+    own, others = counts[phase], [counts[q] for q in cols]
+    errs = {w: _held_out_errors(own, others, w, y) for w in itertools.product(WEIGHT_GRID, repeat=len(cols))}
+    best = min(errs, key=lambda w: errs[w].mean())
+    ones = errs[(1.0,) * len(cols)]
+    if best == (1.0,) * len(cols) or stats.ttest_rel(errs[best], ones, alternative="less").pvalue > WEIGHTS_P:
+        return None
+    return dict(zip(cols, map(float, best)))
+
+
 def curve_by_load(samples: list[tuple[float, float]], m0: float, per_bin: int = 12) -> dict[float, float]:
     """``{operations in flight: median latency / m0}`` from each operation's own load at its start.
 
@@ -275,16 +334,23 @@ def calibrate(
     criterion: str = "aic",
     image_cache_gb: float = 100.0,
     points: str = "per-operation",
+    weights: bool = True,
 ) -> tuple[dict, dict]:
     """Records -> (profile mapping, per-phase fits with their samples, for plots). Pull records
     give ``image_cache.pull_mb_s`` (its ``cache_gb`` is ``image_cache_gb``, not measured); reset
     records give ``reset``. ``points``: contention points per operation (:func:`curve_by_load`)
-    or ``per-level`` (a level's mean count against its median: how profiles before it were made)."""
+    or ``per-level`` (a level's mean count against its median: how profiles before it were made).
+    ``weights``: with per-operation points, weigh other phases' operations in each phase's load
+    (:func:`operation_weights`), else every operation in flight counts one."""
     if points not in ("per-operation", "per-level"):
         raise InputError(f"contention points: expected per-operation or per-level, got '{points}'.")
     by_phase = _check(records)
     pulls = by_phase.pop("pull", [])
     load = dict(zip((id(r) for r in records), in_flight(records)))
+    weights = weights and points == "per-operation"
+    by_count = in_flight_by_phase(records) if weights else {}
+    row = {id(r): k for k, r in enumerate(records)}
+    fitted_weights: dict[str, dict[str, float]] = {}
     substrate: dict = {"failures": {}, "contention": {}}
     fits_out, plots = {}, {}
     for phase, rs in by_phase.items():
@@ -314,12 +380,23 @@ def calibrate(
         if points == "per-level":
             curve = _curve_per_level(per_level, m0)
         elif len(levels) > 1:
-            curve = curve_by_load([(load[id(r)], r["latency"]) for r in rs if r["ok"]], m0)
+            ok = [r for r in rs if r["ok"]]
+            n = np.array([load[id(r)] for r in ok])
+            w = None
+            if weights and phase in PHASES:
+                at = [row[id(r)] for r in ok]
+                counts = {q: by_count[q][at] for q in PHASES}
+                w = operation_weights(phase, np.array([r["latency"] for r in ok]), counts)
+            if w:  # each operation in flight at its weight
+                fitted_weights[phase] = w
+                n = sum(w.get(q, 1.0) * counts[q] for q in PHASES)
+            curve = curve_by_load(list(zip(n.tolist(), (r["latency"] for r in ok))), m0)
         slope = _slope(list(curve), list(curve.values()))
         fits_out[phase] = {k: v for k, v in fit.items() if k != "dist"} | {
             "by_concurrency": per_level,
             "contention_slope": slope,
             "contention_law": Curve(curve).describe() if curve else None,
+            "contention_weights": fitted_weights.get(phase),
             "coverage": coverage(per_level) if phase in PHASE_FIELD else None,
         }
         plots[phase] = (base, fit["dist"], fit["selected"])
@@ -335,6 +412,8 @@ def calibrate(
                     max(1.0, lv["in_flight"]): round(lv["failures"] / lv["n"], 5) for lv in per_level.values()
                 }
             substrate["contention"][phase] = curve or 0.0
+    if fitted_weights:
+        substrate["contention"]["weights"] = {ph: dict(w) for ph, w in fitted_weights.items()}
     if records[0]["backend"] not in LOCAL and substrate["contention"]:
         # one probing client measured what its own operations in flight do; across many rollout
         # clients of a hosted service that curve applies per client, not to the whole service
@@ -349,6 +428,9 @@ def calibrate(
         "provenance": {
             "method": f"probe fit, selected by {criterion.upper()}",
             "contention_points": points,
+            "contention_weights": "by phase, chosen by two-fold held-out error of the operations"
+            if fitted_weights
+            else "none: every operation in flight counts one",
             "backend": first["backend"],
             "backend_version": first["backend_version"],
             "engine_version": first["engine_version"],

@@ -45,10 +45,10 @@ METRICS = {
 TARGETS = {"infra_per_trajectory": 10, "makespan": 10, "duration_p50": 10, "duration_p99": 20,
            "cold_start_p50": 20}  # fmt: skip
 HELD_OUT = {
-    "levels": [24, 40],
-    "tool": {"kind": "lognormal", "median": 0.1, "p99": 2.0},
-    "llm": {"kind": "lognormal", "median": 0.5, "p99": 2.0},
-    "arrival_rate": 4.0,
+    "levels": [20, 36],
+    "tool": {"kind": "lognormal", "median": 0.2, "p99": 1.0},
+    "llm": {"kind": "lognormal", "median": 1.0, "p99": 3.0},
+    "arrival_rate": 6.0,
 }
 
 

@@ -1,7 +1,8 @@
 """The sandbox fleet of one substrate: quota, create-rate limit, hosts, warm pool.
 
-Lifecycle operations (create, exec overhead, teardown) on a host take
-``base x (1 + slope x (operations in flight on that host, itself included, - 1))``.
+Lifecycle operations (create, exec overhead, teardown) on a host take ``base x m(n)``, ``n`` the
+operations in flight on that host (itself included; with operation weights in the profile, each
+other phase's operations count at their weight) and ``m`` the phase's contention curve.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from ..scenario import Substrate
+from ..scenario import PHASES, Substrate
 from .images import HostImages
 
 
@@ -47,6 +48,8 @@ class Fleet:
         self.scope, self.clients = sub.contention.scope, clients
         domains = {"host": cap.hosts, "service": 1, "client": clients}[self.scope]
         self.ops = [0] * domains  # lifecycle ops in flight per domain
+        self.by_phase = {ph: [0] * domains for ph in PHASES}  # the same, per phase
+        self._w = sub.contention.weight_rows()  # per phase, the weights of each phase's ops
         # expected exec operations in flight per host from running bodies (trajectory fidelity):
         # each body adds the share of its current segment spent in exec overhead
         self.exec_load = [0.0] * domains
@@ -75,16 +78,30 @@ class Fleet:
             return host
         return 0 if self.scope == "service" else client % self.clients
 
-    def load(self, d: int) -> float:
-        """Operations in flight in domain ``d``, counting expected execs of running bodies."""
-        return self.ops[d] + self.exec_load[d]
+    def load(self, d: int, phase: str | None = None) -> float:
+        """Operations in flight in domain ``d``, counting expected execs of running bodies; as
+        ``phase`` sees them when the profile weighs operations (else each counts one)."""
+        if phase is None or self._w is None:
+            return self.ops[d] + self.exec_load[d]
+        wc, we, wt = self._w[phase]
+        by = self.by_phase
+        return wc * by["create"][d] + we * (by["exec"][d] + self.exec_load[d]) + wt * by["teardown"][d]
+
+    def begin(self, d: int, phase: str) -> None:
+        """An operation of ``phase`` starts in domain ``d``."""
+        self.ops[d] += 1
+        self.by_phase[phase][d] += 1
+
+    def end(self, d: int, phase: str) -> None:
+        self.ops[d] -= 1
+        self.by_phase[phase][d] -= 1
 
     def op(self, d: int, base: float, phase: str):
         """Run one lifecycle operation of ``phase`` in domain ``d``; returns its latency."""
-        self.ops[d] += 1
-        latency = base * self.factor[phase](self.load(d))
+        self.begin(d, phase)
+        latency = base * self.factor[phase](self.load(d, phase))
         yield self.env.timeout(latency)
-        self.ops[d] -= 1
+        self.end(d, phase)
         return latency
 
     # ------------------------------------------------------------ sandboxes

@@ -440,7 +440,7 @@ class Cell:
         elif self._heads:  # a loaded tier
             x_l = 1.0 + self._slowdown * max(self._gen_load / self._engines - _JSQ, 0.0)
         fleet = self.fleet
-        return x_l, self._f_exec(1.0 + fleet.ops[host] + fleet.exec_load[host])
+        return x_l, self._f_exec(1.0 + fleet.load(host, "exec"))
 
     def _settled(self) -> bool:
         """The load is steady: an async batch run whose every worker is busy and whose queue is
@@ -729,10 +729,10 @@ class Cell:
                     return LOST, llm, steps
                 if i in cancelled:
                     return CANCELLED, llm, steps
-                fleet.ops[host] += 1
-                over = overhead[call - first_call] * f_e(fleet.ops[host])
+                fleet.begin(host, "exec")
+                over = overhead[call - first_call] * f_e(fleet.load(host, "exec"))
                 ok = yield from self._until(over, deadline)
-                fleet.ops[host] -= 1
+                fleet.end(host, "exec")
                 if not ok or not (yield from self._until(w.call_tool[call] * x, deadline)):
                     return TIMEOUT, llm, steps
                 call += 1
