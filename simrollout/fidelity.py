@@ -160,6 +160,9 @@ def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
         wl["tokens"] = TOKENS
         engines = concurrency if row.load in ("none", "host") else max(concurrency // 16, 1)
         d["cluster"]["inference"] = {"engines": engines, "engine": ENGINE, "price_per_hour": 2.0}
+    elif row.extra == "weights":  # operations weighed by phase: in a create's load an exec counts 0.25
+        weights = {"create": {"exec": 0.25, "teardown": 0.5}, "exec": {"create": 2.0}}
+        sub["contention"] = {**sub["contention"], "weights": weights}
     elif row.extra == "failures":
         sub["failures"] = {"create": 0.05, "exec": 0.002, "teardown": 0.01}
         pol.update(retries=2, retry_backoff=1.0)
@@ -171,11 +174,13 @@ def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
 
 def matrix() -> list[Row]:
     """Every policy under every load, and warm pool, failures, timeouts, task images (with and
-    without a prefetching pool), sandbox reuse and client-scoped contention under both extremes."""
+    without a prefetching pool), sandbox reuse and client-scoped contention under both extremes;
+    serving engines; host contention with operations weighed by phase."""
     rows = [Row(p, ld) for p in ("async", "sync", "poisson") for ld in LOADS]
     extras = ("warm_pool", "failures", "timeouts", "images", "prefetch", "reuse", "clients")
     rows += [Row(p, ld, x) for x in extras for p in ("async", "sync") for ld in ("none", "both")]
     rows += [Row(p, ld, "tokens") for p in ("async", "sync", "poisson") for ld in ("none", "tier", "both")]
+    rows += [Row(p, "host", "weights") for p in ("async", "sync", "poisson")]
     return rows
 
 

@@ -92,3 +92,46 @@ def test_contention_scope_host_service_and_client(fidelity):
     assert _cold("client", clients=1, hosts=1, fidelity=fidelity) == pytest.approx([1, 2, 3, 4])
     assert _cold("client", clients=2, hosts=1, fidelity=fidelity) == pytest.approx([1, 1, 2, 2])
     assert _cold("client", clients=4, hosts=1, fidelity=fidelity) == pytest.approx([1, 1, 1, 1])
+
+
+# ---------------------------------------------------------------- operations weighed by phase
+def test_a_weighted_profile_counts_other_phases_at_their_weight():
+    import simpy
+
+    from simrollout.scenario import Substrate
+    from simrollout.sim.fleet import Fleet
+
+    sub = Substrate(name="d", cold_start=1.0, exec_overhead=0.1, teardown=0.1,
+                    contention={"create": 1.0, "exec": 1.0, "weights": {"create": {"exec": 0.25}}})  # fmt: skip
+    env = simpy.Environment()
+    fleet = Fleet(env, sub, np.random.default_rng(0))
+    for _ in range(4):
+        fleet.begin(0, "exec")
+    assert fleet.load(0) == 4  # failures and the unweighed count: every operation one
+    assert fleet.load(0, "exec") == pytest.approx(4.0)
+    assert fleet.load(0, "create") == pytest.approx(1.0)  # four execs at 0.25
+    proc = env.process(fleet.create(1.0, 1.0))
+    env.run(proc)
+    assert proc.value[2] == pytest.approx(2.0)  # itself plus 1.0: x (1 + 1.0 (2 - 1)); unweighed 5
+    fleet.begin(0, "create")
+    assert fleet.load(0, "exec") == pytest.approx(5.0)  # a missing weight is 1
+
+
+def test_calibrate_recovers_operation_weights_and_keeps_none_where_all_count_one():
+    from simrollout.calibration.fit import calibrate
+    from simrollout.calibration.synthetic import simulate_probe
+    from simrollout.scenario import Substrate
+
+    def fitted(weights):
+        con = {"create": 0.5, "exec": 0.2, "teardown": 0.2} | ({"weights": weights} if weights else {})
+        true = Substrate(name="t", cold_start={"kind": "lognormal", "median": 0.3, "p99": 0.6},
+                         exec_overhead={"kind": "lognormal", "median": 0.05, "p99": 0.1}, teardown=0.1,
+                         contention=con)  # fmt: skip
+        recs = simulate_probe(true, levels=(1, 2, 4, 8, 16, 32), sandboxes=64, commands=5, seed=3)
+        for k, r in enumerate(recs):
+            r["_file"], r["_line"] = "s", k
+        return calibrate(recs, "t")[0]["substrate"]["contention"].get("weights")
+
+    got = fitted({"create": {"exec": 0.25, "teardown": 0.25}})
+    assert got is not None and got["create"]["exec"] == pytest.approx(0.25, abs=0.25)
+    assert fitted(None) is None  # every operation counts one: no weights

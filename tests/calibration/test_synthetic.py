@@ -25,9 +25,11 @@ def rollout(sub: dict, c: int):
     return run_scenario(scenario_from_dict(d), jobs=1).summary.iloc[0]
 
 
-@pytest.fixture(scope="module")
-def fitted():
+@pytest.fixture(scope="module", params=["shipped", "weighted"])
+def fitted(request):
     true = yaml.safe_load((ROOT / "calibration/profiles/docker-local.yaml").read_text())["substrate"]
+    if request.param == "weighted":  # as the Docker probes read: an exec slows a create a quarter as much
+        true["contention"]["weights"] = {"create": {"exec": 0.25, "teardown": 0.25}}
     recs = simulate_probe(Substrate.model_validate({"name": "true", **true}), seed=1)  # the default levels
     for k, r in enumerate(recs):
         r["_file"], r["_line"] = "synthetic.jsonl", k
