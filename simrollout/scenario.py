@@ -161,6 +161,15 @@ class Contention(_Model):
     # to one of its own (a create slows creates more than an exec does); missing weights are 1
     weights: dict[Phase, dict[Phase, NonNegativeFloat]] | None = None
 
+    @model_validator(mode="after")
+    def _others_only(self):
+        own = [ph for ph, w in (self.weights or {}).items() if ph in w]
+        if own:
+            raise ValueError(
+                f"weights of {own}: a phase's own operations count one; weigh only the other phases"
+            )
+        return self
+
     def factor(self, phase: str):
         """The multiplier as a function of operations in flight."""
         return slowdown(getattr(self, phase))

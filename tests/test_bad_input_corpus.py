@@ -138,6 +138,16 @@ NEW = {
         RUN,
         ["substrates.0.contention.exec"],
     ),
+    "contention weight of an unknown phase": (
+        m(**{"substrates.0.contention": {"create": 0.5, "weights": {"create": {"execs": 0.25}}}}),
+        RUN,
+        ["substrates.0.contention.weights.create.execs", "'create', 'exec' or 'teardown'"],
+    ),
+    "contention weight of a phase's own operations": (
+        m(**{"substrates.0.contention": {"create": 0.5, "weights": {"create": {"create": 0.5}}}}),
+        RUN,
+        ["substrates.0.contention", "own operations count one"],
+    ),
     "negative price": (
         m(**{"substrates.0.billing": {"price_per_second": -1}}),
         RUN,
