@@ -112,7 +112,7 @@ def real_rollout(backend: Backend, scn: Scenario, image: str) -> pd.DataFrame:
             start = time.perf_counter() - t_origin
             box = backend.create(image, tag)
             cold = time.perf_counter() - t_origin - start
-            llm = 0.0
+            llm = execs = 0.0
             try:
                 call = int(work.call_off[i])
                 for s in range(int(work.step_off[i]), int(work.step_off[i + 1])):
@@ -123,10 +123,14 @@ def real_rollout(backend: Backend, scn: Scenario, image: str) -> pd.DataFrame:
                         time.sleep(float(work.step_llm[s]))
                         llm += time.perf_counter() - t0
                     for _ in range(int(work.step_calls[s])):
+                        t0 = time.perf_counter()
                         backend.exec(box, f"sleep {work.call_tool[call]:.4f}")
+                        execs += time.perf_counter() - t0
                         call += 1
             finally:
+                t0 = time.perf_counter()
                 backend.remove(box)
+                teardown = time.perf_counter() - t0
             return {
                 "concurrency": level,
                 "trajectory": i,
@@ -135,6 +139,8 @@ def real_rollout(backend: Backend, scn: Scenario, image: str) -> pd.DataFrame:
                 "end": time.perf_counter() - t_origin,
                 "llm": llm,
                 "tool": float(work.tool[i]),
+                "execs": execs,  # the exec calls' own time, their commands included
+                "teardown": teardown,
             }
 
         pool = ThreadPoolExecutor(level)

@@ -22,6 +22,9 @@ def test_probe_calibrate_validate_on_the_real_engine(docker_engine, tmp_path):
     scn = mini_rollout_scenario(path, trajectories=8, steps=5, levels=[1], tool=tool, seed=1)
     real = real_rollout(be, scn, "simrollout-busybox:local")
     assert len(real) == 8 and (real.end > real.start).all()
+    # each trajectory's exec calls took at least their commands' sleeps, and it was torn down
+    assert (real.execs >= real.tool).all() and (real.teardown > 0).all()
+    assert (real.end - real.start >= real.cold + real.execs + real.teardown).all()
     table = compare(real, scn).set_index("metric")
     # the real rollout took at least the commands' own durations
     from simrollout.workload import draw_work
