@@ -612,11 +612,14 @@ def validate(
     model: str = typer.Option("default", help="--engine: the model name."),
     request_extra: str = typer.Option("{}", help="--engine: extra request fields as JSON."),
     repeat: int = typer.Option(
-        1, help="--engine: real runs of the agent loop; compared by their median, their spread shown."
+        1,
+        help="Real runs of the rollout (--engine: of the agent loop), compared by their median.",
     ),
 ) -> None:
     """Run a real mini-rollout, simulate the same, and print the difference per metric and target.
     Exit code 1 when a target is missed."""
+
+    import pandas as pd
 
     from .calibration.backends import get_backend
     from .calibration.validate import HELD_OUT, compare, mini_rollout_scenario, real_rollout
@@ -635,6 +638,8 @@ def validate(
         ) from None
     if not profile.is_file():
         raise InputError(f"--profile {profile}: file not found; calibrate one with 'simrollout calibrate'.")
+    if repeat < 1:
+        raise InputError(f"--repeat: expected a positive count of real runs, got {repeat}.")
     tool = {"kind": "lognormal", "median": tool_median, "p99": tool_p99}
     if engine:
         extra = _json_option(request_extra, "--request-extra")
@@ -651,10 +656,12 @@ def validate(
         )
     scn = mini_rollout_scenario(profile, trajectories, steps, levels, tool, seed, llm, rate)
     be = get_backend(backend)
-    real = real_rollout(be, scn, image)
+    real = pd.concat([real_rollout(be, scn, image, run=k) for k in range(repeat)], ignore_index=True)
     table = compare(real, scn)
     kind = "held-out workload" if held_out else "workload"
     title = f"validate: {trajectories} x {steps} steps on {backend}, {kind}"
+    if repeat > 1:
+        title += f", real: median of {repeat} runs"
     _conclude(title, "simulated (95% range)", table, record, lambda tmp: keep(tmp, scn, real, table, be))
 
 
@@ -701,8 +708,6 @@ def _validate_engine(
     )
     import pandas as pd
 
-    if repeat < 1:
-        raise InputError(f"--repeat: expected a positive count of real runs, got {repeat}.")
     server = Server(base_url, model)
     real = pd.concat([real_agent_loop(server, scn, seed, extra, run=k) for k in range(repeat)])
     table = compare_engine(real, scn)

@@ -93,8 +93,9 @@ def arrivals(scn: Scenario) -> np.ndarray:
     return np.cumsum(np.concatenate(gaps))
 
 
-def real_rollout(backend: Backend, scn: Scenario, image: str) -> pd.DataFrame:
-    """Run the scenario's trajectories for real at every concurrency level."""
+def real_rollout(backend: Backend, scn: Scenario, image: str, run: int = 0) -> pd.DataFrame:
+    """Run the scenario's trajectories for real at every concurrency level; ``run`` numbers a
+    repetition (the same draws)."""
     work = draw_work(scn, 0, detail=True)
     arrive = arrivals(scn)
     rows = []
@@ -152,7 +153,7 @@ def real_rollout(backend: Backend, scn: Scenario, image: str) -> pd.DataFrame:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             backend.sweep(tag)  # a create cut short by an error is removed too
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).assign(run=run)
 
 
 def compare(real: pd.DataFrame, scn: Scenario, draws: int = 30) -> pd.DataFrame:
@@ -160,7 +161,8 @@ def compare(real: pd.DataFrame, scn: Scenario, draws: int = 30) -> pd.DataFrame:
     command and LLM draws) and repeats the substrate's own draws ``draws`` times (cold starts,
     exec overheads, teardowns: with 64 trajectories a single draw moves cold start p50 by tens of
     percent), reporting their mean and 95% range; ``within_range`` says whether the real value
-    falls inside it."""
+    falls inside it. With repeated real runs (column ``run``) the real figure is their median,
+    ``real_min``/``real_max`` their spread."""
     from ..executors import run_many
 
     runs = []
@@ -177,8 +179,11 @@ def compare(real: pd.DataFrame, scn: Scenario, draws: int = 30) -> pd.DataFrame:
             for m, fn in METRICS.items():
                 per.setdefault((key.concurrency, m), []).append(float(fn(sim)))
     out = []
+    if "run" not in real:  # one real run
+        real = real.assign(run=0)
     for (level, m), values in per.items():
-        a = float(METRICS[m](real[real.concurrency == level]))
+        by_run = [float(METRICS[m](r)) for _, r in real[real.concurrency == level].groupby("run")]
+        a = float(np.median(by_run))
         b = float(np.mean(values))
         lo, hi = (float(x) for x in np.percentile(values, [2.5, 97.5]))
         out.append(
@@ -192,6 +197,9 @@ def compare(real: pd.DataFrame, scn: Scenario, draws: int = 30) -> pd.DataFrame:
                 "within_range": lo <= a <= hi,
                 "diff_pct": 100 * (b - a) / a if a else float("nan"),
                 "target_pct": TARGETS.get(m),
+                "real_min": min(by_run),
+                "real_max": max(by_run),
+                "runs": len(by_run),
             }
         )
     return pd.DataFrame(out)

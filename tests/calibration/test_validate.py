@@ -81,3 +81,21 @@ def test_a_small_probe_predicts_the_held_out_workload_within_the_targets(docker_
         assert abs(diff[metric]) <= TARGETS[metric], (metric, diff[metric])
     # infrastructure time is 1.7-1.9 s a trajectory at this size: two runs here gave -5% and +15%
     assert abs(diff["infra_per_trajectory"]) <= 25, diff["infra_per_trajectory"]
+
+
+def test_compare_takes_the_median_of_repeated_real_runs_and_shows_their_spread(tmp_path):
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[2]
+    tool = {"kind": "lognormal", "median": 0.05, "p99": 0.3}
+    scn = mini_rollout_scenario(root / "calibration/profiles/docker-local.yaml", 2, 3, [1], tool, seed=1)
+    rows = []
+    for run, span in enumerate([10.0, 30.0, 20.0]):  # three real runs: makespans 10, 30 and 20 s
+        rows += [{"concurrency": 1, "trajectory": i, "start": 0.0, "cold": 0.5, "end": span * (i + 1) / 2,
+                  "llm": 0.0, "tool": 0.1, "run": run} for i in range(2)]  # fmt: skip
+    table = compare(pd.DataFrame(rows), scn, draws=2).set_index("metric")
+    assert table.loc["makespan", "real"] == 20.0
+    assert (table.loc["makespan", "real_min"], table.loc["makespan", "real_max"]) == (10.0, 30.0)
+    assert (table.runs == 3).all() and table.loc["cold_start_p50", "real"] == 0.5
