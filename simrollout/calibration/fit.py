@@ -171,35 +171,19 @@ def _check(records: list[dict]) -> dict[str, dict]:
     return by_phase
 
 
-def in_flight(records: list[dict]) -> np.ndarray:
-    """Operations in flight (any phase, same run and level) at each record's start, itself included."""
+def in_flight(records: list[dict], phase: str | None = None) -> np.ndarray:
+    """Operations in flight (of ``phase``, or any phase; same run and level) at each record's
+    start, the record itself included when it counts."""
     out = np.zeros(len(records))
     groups: dict[tuple, list[int]] = {}
     for k, r in enumerate(records):
         groups.setdefault((r["run_id"], r["concurrency"]), []).append(k)
     for idx in groups.values():
         s = np.array([records[k]["start"] for k in idx])
-        e = s + np.array([records[k]["latency"] for k in idx])
-        started = np.searchsorted(np.sort(s), s, side="right")
-        ended = np.searchsorted(np.sort(e), s, side="right")
-        out[idx] = started - ended
-    return out
-
-
-def in_flight_by_phase(records: list[dict]) -> dict[str, np.ndarray]:
-    """Per lifecycle phase, its operations in flight (same run and level) at each record's start,
-    the record itself included."""
-    out = {ph: np.zeros(len(records)) for ph in PHASES}
-    groups: dict[tuple, list[int]] = {}
-    for k, r in enumerate(records):
-        groups.setdefault((r["run_id"], r["concurrency"]), []).append(k)
-    for idx in groups.values():
-        s = np.array([records[k]["start"] for k in idx])
-        for ph in PHASES:
-            mine = [k for k in idx if records[k]["phase"] == ph]
-            s_ph = np.sort([records[k]["start"] for k in mine])
-            e_ph = np.sort([records[k]["start"] + records[k]["latency"] for k in mine])
-            out[ph][idx] = np.searchsorted(s_ph, s, side="right") - np.searchsorted(e_ph, s, side="right")
+        mine = [k for k in idx if phase is None or records[k]["phase"] == phase]
+        s_mine = np.sort([records[k]["start"] for k in mine])
+        e_mine = np.sort([records[k]["start"] + records[k]["latency"] for k in mine])
+        out[idx] = np.searchsorted(s_mine, s, side="right") - np.searchsorted(e_mine, s, side="right")
     return out
 
 
@@ -348,8 +332,8 @@ def calibrate(
     pulls = by_phase.pop("pull", [])
     load = dict(zip((id(r) for r in records), in_flight(records)))
     weights = weights and points == "per-operation"
-    by_count = in_flight_by_phase(records) if weights else {}
-    row = {id(r): k for k, r in enumerate(records)}
+    by_count = {ph: in_flight(records, ph) for ph in PHASES} if weights else {}
+    row = {id(r): k for k, r in enumerate(records)} if weights else {}
     fitted_weights: dict[str, dict[str, float]] = {}
     substrate: dict = {"failures": {}, "contention": {}}
     fits_out, plots = {}, {}
