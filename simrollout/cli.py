@@ -615,6 +615,13 @@ def validate(
         1,
         help="Real runs of the rollout (--engine: of the agent loop), compared by their median.",
     ),
+    against: Path | None = typer.Option(
+        None,
+        "--against",
+        help="A recorded validation folder (validation/...): compare its real rollout with "
+        "--profile's simulation of the same workload, running nothing real (its workload and "
+        "levels replace the workload options).",
+    ),  # fmt: skip
 ) -> None:
     """Run a real mini-rollout, simulate the same, and print the difference per metric and target.
     Exit code 1 when a target is missed."""
@@ -640,6 +647,20 @@ def validate(
         raise InputError(f"--profile {profile}: file not found; calibrate one with 'simrollout calibrate'.")
     if repeat < 1:
         raise InputError(f"--repeat: expected a positive count of real runs, got {repeat}.")
+    if against is not None:
+        if engine or record is not None:
+            raise InputError(
+                "--against compares a recorded sandbox rollout with --profile; it takes neither "
+                "--engine nor --record (the record it reads stays as it was)."
+            )
+        from .calibration.validate import recorded_rollout
+
+        scn, real = recorded_rollout(against, profile)
+        runs = real["run"].nunique() if "run" in real else 1
+        title = f"validate: the real rollout recorded in {against} against {profile.name}"
+        if runs > 1:
+            title += f", real: median of {runs} runs"
+        return _conclude(title, "simulated (95% range)", compare(real, scn), None, None)
     tool = {"kind": "lognormal", "median": tool_median, "p99": tool_p99}
     if engine:
         extra = _json_option(request_extra, "--request-extra")

@@ -205,6 +205,47 @@ def compare(real: pd.DataFrame, scn: Scenario, draws: int = 30) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+# a recorded real rollout: one row per real trajectory
+REAL_COLUMNS = ("concurrency", "trajectory", "start", "cold", "end", "llm", "tool")
+
+
+def recorded_rollout(folder: Path, profile: Path) -> tuple[Scenario, pd.DataFrame]:
+    """A recorded validation's real rollout (``real.csv``) and its workload (``scenario.yaml``),
+    the substrate taken from ``profile``: another profile, or another version of the model,
+    against a real run kept in validation/ (which makes that record model-choice data)."""
+    from ..errors import InputError, read_text
+
+    paths = {name: folder / name for name in ("scenario.yaml", "real.csv")}
+    for name, path in paths.items():
+        if not path.is_file():
+            raise InputError(
+                f"--against {folder}: no {name} there; expected a folder written by "
+                "'simrollout validate --record' (scenario.yaml and real.csv of a sandbox rollout)."
+            )
+    data = yaml.safe_load(read_text(paths["scenario.yaml"], "recorded scenario"))
+    if not isinstance(data, dict) or not isinstance(data.get("substrates"), list):
+        raise InputError(f"{paths['scenario.yaml']}: expected a recorded scenario with a 'substrates' list.")
+    data["substrates"] = [{"profile": str(profile.resolve())}]
+    scn = scenario_from_dict(data, paths["scenario.yaml"])
+    try:
+        real = pd.read_csv(paths["real.csv"])
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"{paths['real.csv']}: not a CSV table ({exc}).") from None
+    missing = [c for c in REAL_COLUMNS if c not in real]
+    if missing:
+        raise InputError(
+            f"{paths['real.csv']}: missing column(s) {', '.join(missing)}; expected one row per real "
+            f"trajectory with {', '.join(REAL_COLUMNS)}."
+        )
+    levels, want = sorted(set(real.concurrency.tolist())), sorted(scn.cluster.levels)
+    if levels != want:
+        raise InputError(
+            f"{paths['real.csv']}: concurrency levels {levels} do not match the recorded scenario's "
+            f"cluster.concurrency {want}."
+        )
+    return scn, real
+
+
 def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame, backend: Backend) -> None:
     """Commit-ready record: inputs, real measurements, comparison and machine."""
     import os

@@ -102,3 +102,70 @@ def test_compare_takes_the_median_of_repeated_real_runs_and_shows_their_spread(t
     assert table.loc["makespan", "real"] == 20.0
     assert (table.loc["makespan", "real_min"], table.loc["makespan", "real_max"]) == (10.0, 30.0)
     assert (table.runs == 3).all() and table.loc["cold_start_p50", "real"] == 0.5
+
+
+def _recorded(tmp_path, profile, levels=(2,), name="rec"):
+    """A record folder like ``validate --record`` writes, its "real" rollout simulated."""
+    import pandas as pd
+    import yaml
+
+    from simrollout.executors import run_scenario
+    from simrollout.workload import draw_work
+
+    tool = {"kind": "lognormal", "median": 0.05, "p99": 0.3}
+    scn = mini_rollout_scenario(profile, 8, 3, list(levels), tool, seed=3)
+    res = run_scenario(scn, executor="serial")
+    work = draw_work(scn, 0)
+    rows = []
+    for key, rec in res.records.items():
+        rows += [{"concurrency": key.concurrency, "trajectory": i, "start": rec.start[i], "cold": rec.cold[i],
+                  "end": rec.end[i], "llm": rec.llm[i], "tool": work.tool[i]} for i in range(rec.start.size)]  # fmt: skip
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(scn.model_dump(mode="json", exclude_none=True)))
+    pd.DataFrame(rows).to_csv(folder / "real.csv", index=False)
+    return folder
+
+
+def test_against_compares_a_recorded_rollout_with_the_given_profile(tmp_path):
+    from pathlib import Path
+
+    import yaml
+
+    from simrollout.calibration.validate import recorded_rollout
+
+    root = Path(__file__).resolve().parents[2]
+    profile = root / "calibration/profiles/docker-local.yaml"
+    folder = _recorded(tmp_path, profile)
+    scn, real = recorded_rollout(folder, profile)
+    assert scn.trajectories == 8 and scn.cluster.levels == [2] and len(real) == 8
+    same = compare(real, scn, draws=4).set_index("metric")
+    # a profile whose every operation takes three times as long: the same record, more infrastructure
+    slow = yaml.safe_load(profile.read_text())
+    for ph in ("cold_start", "exec_overhead", "teardown"):
+        slow["substrate"][ph] = {"kind": "scaled", "factor": 3.0, "dist": slow["substrate"][ph]}
+    (tmp_path / "slow.yaml").write_text(yaml.safe_dump(slow))
+    scn3, _ = recorded_rollout(folder, tmp_path / "slow.yaml")
+    slower = compare(real, scn3, draws=4).set_index("metric")
+    assert (same.real == slower.real).all()  # the real side is the record's
+    ratio = slower.loc["infra_per_trajectory", "simulated"] / same.loc["infra_per_trajectory", "simulated"]
+    assert 2.5 < ratio < 3.5, ratio
+
+
+def test_against_refuses_a_folder_without_a_record_and_other_modes(tmp_path):
+    from pathlib import Path
+
+    from tests.conftest import cli
+
+    root = Path(__file__).resolve().parents[2]
+    profile = str(root / "calibration/profiles/docker-local.yaml")
+    folder = _recorded(tmp_path, profile)
+    (folder / "real.csv").rename(folder / "kept.csv")
+    proc = cli("validate", "--profile", profile, "--against", str(folder))
+    assert proc.returncode == 2 and "no real.csv there" in proc.stderr and "Traceback" not in proc.stderr
+    (folder / "kept.csv").rename(folder / "real.csv")
+    proc = cli("validate", "--profile", profile, "--against", str(folder), "--engine")
+    assert proc.returncode == 2 and "neither --engine nor --record" in proc.stderr
+    (folder / "real.csv").write_text("concurrency,trajectory,start\n2,0,0.0\n")
+    proc = cli("validate", "--profile", profile, "--against", str(folder))
+    assert proc.returncode == 2 and "missing column(s) cold, end, llm, tool" in proc.stderr
