@@ -213,7 +213,7 @@ def recorded_rollout(folder: Path, profile: Path) -> tuple[Scenario, pd.DataFram
     """A recorded validation's real rollout (``real.csv``) and its workload (``scenario.yaml``),
     the substrate taken from ``profile``: another profile, or another version of the model,
     against a real run kept in validation/ (which makes that record model-choice data)."""
-    from ..errors import InputError, read_text
+    from ..errors import InputError, load_yaml
 
     paths = {name: folder / name for name in ("scenario.yaml", "real.csv")}
     for name, path in paths.items():
@@ -222,7 +222,7 @@ def recorded_rollout(folder: Path, profile: Path) -> tuple[Scenario, pd.DataFram
                 f"--against {folder}: no {name} there; expected a folder written by "
                 "'simrollout validate --record' (scenario.yaml and real.csv of a sandbox rollout)."
             )
-    data = yaml.safe_load(read_text(paths["scenario.yaml"], "recorded scenario"))
+    data, _ = load_yaml(paths["scenario.yaml"])
     if not isinstance(data, dict) or not isinstance(data.get("substrates"), list):
         raise InputError(f"{paths['scenario.yaml']}: expected a recorded scenario with a 'substrates' list.")
     data["substrates"] = [{"profile": str(profile.resolve())}]

@@ -169,3 +169,10 @@ def test_against_refuses_a_folder_without_a_record_and_other_modes(tmp_path):
     (folder / "real.csv").write_text("concurrency,trajectory,start\n2,0,0.0\n")
     proc = cli("validate", "--profile", profile, "--against", str(folder))
     assert proc.returncode == 2 and "missing column(s) cold, end, llm, tool" in proc.stderr
+    (folder / "scenario.yaml").write_text("workload: [unclosed\n")
+    proc = cli("validate", "--profile", profile, "--against", str(folder))
+    assert (
+        proc.returncode == 2
+        and "scenario.yaml: malformed YAML" in proc.stderr
+        and "Traceback" not in proc.stderr
+    )
