@@ -80,9 +80,11 @@ def test_a_small_probe_predicts_the_held_out_workload_within_the_targets(docker_
     for metric in ("makespan", "duration_p50", "duration_p99"):
         assert abs(diff[metric]) <= TARGETS[metric], (metric, diff[metric])
     # at this size the cold start p50 is the median of 32 creates against a curve from 16 probed
-    # sandboxes a level (runs here: -25%, +6%, +9%), and infrastructure time is 1.7-1.9 s a
-    # trajectory (-5%, +15%): both are bounded by that spread, the targets by the recorded runs
-    assert abs(diff["cold_start_p50"]) <= 35, diff["cold_start_p50"]
+    # sandboxes a level (seven runs here: -38%, -25%, -15%, -13%, -4%, +6%, +9%), and
+    # infrastructure time is 1.7-2.9 s a trajectory (-8% to +15%): both are bounded by that
+    # spread (a contention curve gone wrong is off by +100% or more), the targets by the
+    # recorded runs
+    assert abs(diff["cold_start_p50"]) <= 50, diff["cold_start_p50"]
     assert abs(diff["infra_per_trajectory"]) <= 25, diff["infra_per_trajectory"]
 
 
