@@ -44,11 +44,12 @@ METRICS = {
 # targets (|simulated - real| in % of real) and the held-out workload
 TARGETS = {"infra_per_trajectory": 10, "makespan": 10, "duration_p50": 10, "duration_p99": 20,
            "cold_start_p50": 20}  # fmt: skip
+# (the workloads held out before it, since used to choose between models: validation/README.md)
 HELD_OUT = {
-    "levels": [20, 36],
-    "tool": {"kind": "lognormal", "median": 0.2, "p99": 1.0},
-    "llm": {"kind": "lognormal", "median": 1.0, "p99": 3.0},
-    "arrival_rate": 6.0,
+    "levels": [14, 28],
+    "tool": {"kind": "lognormal", "median": 0.5, "p99": 3.0},
+    "llm": {"kind": "lognormal", "median": 2.0, "p99": 6.0},
+    "arrival_rate": 4.0,
 }
 
 
