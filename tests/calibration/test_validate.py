@@ -74,7 +74,10 @@ def test_a_small_probe_predicts_the_held_out_workload_within_the_targets(docker_
     probe(be, ProbePlan(sandboxes=16, commands=5, levels=(1, 2, 4, 8, 16)), probes)
     path = tmp_path / "p.yaml"
     write_profile(calibrate(read_records([probes]), "p")[0], path)
-    tool, llm = {"kind": "lognormal", "median": 0.2, "p99": 1.0}, {"kind": "lognormal", "median": 1.0, "p99": 3.0}
+    tool, llm = (
+        {"kind": "lognormal", "median": 0.2, "p99": 1.0},
+        {"kind": "lognormal", "median": 1.0, "p99": 3.0},
+    )
     scn = mini_rollout_scenario(path, trajectories=32, steps=10, levels=[12], tool=tool, seed=3, llm=llm,
                                 arrival_rate=6.0)  # fmt: skip
     real = real_rollout(be, scn, "simrollout-busybox:local")
