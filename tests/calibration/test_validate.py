@@ -111,7 +111,7 @@ def test_compare_takes_the_median_of_repeated_real_runs_and_shows_their_spread(t
     assert (table.runs == 3).all() and table.loc["cold_start_p50", "real"] == 0.5
 
 
-def _recorded(tmp_path, profile, levels=(2,), name="rec"):
+def _recorded(tmp_path, profile):
     """A record folder like ``validate --record`` writes, its "real" rollout simulated."""
     import pandas as pd
     import yaml
@@ -120,28 +120,25 @@ def _recorded(tmp_path, profile, levels=(2,), name="rec"):
     from simrollout.workload import draw_work
 
     tool = {"kind": "lognormal", "median": 0.05, "p99": 0.3}
-    scn = mini_rollout_scenario(profile, 8, 3, list(levels), tool, seed=3)
+    scn = mini_rollout_scenario(profile, 8, 3, [2], tool, seed=3)
     res = run_scenario(scn, executor="serial")
     work = draw_work(scn, 0)
     rows = []
     for key, rec in res.records.items():
         rows += [{"concurrency": key.concurrency, "trajectory": i, "start": rec.start[i], "cold": rec.cold[i],
                   "end": rec.end[i], "llm": rec.llm[i], "tool": work.tool[i]} for i in range(rec.start.size)]  # fmt: skip
-    folder = tmp_path / name
+    folder = tmp_path / "rec"
     folder.mkdir()
     (folder / "scenario.yaml").write_text(yaml.safe_dump(scn.model_dump(mode="json", exclude_none=True)))
     pd.DataFrame(rows).to_csv(folder / "real.csv", index=False)
     return folder
 
 
-def test_against_compares_a_recorded_rollout_with_the_given_profile(tmp_path):
-    from pathlib import Path
-
+def test_against_compares_a_recorded_rollout_with_the_given_profile(tmp_path, root):
     import yaml
 
     from simrollout.calibration.validate import recorded_rollout
 
-    root = Path(__file__).resolve().parents[2]
     profile = root / "calibration/profiles/docker-local.yaml"
     folder = _recorded(tmp_path, profile)
     scn, real = recorded_rollout(folder, profile)
@@ -159,12 +156,9 @@ def test_against_compares_a_recorded_rollout_with_the_given_profile(tmp_path):
     assert 2.5 < ratio < 3.5, ratio
 
 
-def test_against_refuses_a_folder_without_a_record_and_other_modes(tmp_path):
-    from pathlib import Path
-
+def test_against_refuses_a_folder_without_a_record_and_other_modes(tmp_path, root):
     from tests.conftest import cli
 
-    root = Path(__file__).resolve().parents[2]
     profile = str(root / "calibration/profiles/docker-local.yaml")
     folder = _recorded(tmp_path, profile)
     (folder / "real.csv").rename(folder / "kept.csv")
