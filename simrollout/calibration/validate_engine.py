@@ -56,8 +56,9 @@ def agent_scenario(
 def real_agent_loop(
     server: Server, scn: Scenario, seed: int = 0, extra: dict | None = None, run: int = 0
 ) -> pd.DataFrame:
-    """Run the scenario's trajectories against the server: one row per request. ``run`` numbers
-    a repetition: the same token counts and tool waits, other text (nothing cached from before)."""
+    """Run the scenario's trajectories against the server: one row per request; turn ``k``
+    sends the prompt, the appended tokens of steps 0..k and the earlier completions. ``run``
+    numbers a repetition: the same token counts and tool waits, other text (nothing cached)."""
     server.check()
     work = draw_work(scn, 0, detail=True)
     tok = scn.workload.tokens
@@ -74,8 +75,9 @@ def real_agent_loop(
             for s in range(int(work.step_off[i]), int(work.step_off[i + 1])):
                 if stop.is_set():
                     return
-                if s > int(work.step_off[i]):
-                    context += text(int(work.step_append[s]), rng)
+                # every turn appends its step's tokens, the first one too (the prompt and the
+                # first observation), as the model's turns do (``Cell._turn``)
+                context += text(int(work.step_append[s]), rng)
                 t0 = time.perf_counter() - t_origin
                 res = server.complete(context, int(work.step_output[s]), extra or {})
                 context += res.get("text", "")

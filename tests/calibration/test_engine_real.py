@@ -82,6 +82,10 @@ def test_validate_engine_against_the_real_server(llama_server, probed, tmp_path)
     table = pd.read_csv(tmp_path / "rec" / "comparison.csv")
     real = pd.read_csv(tmp_path / "rec" / "real.csv")
     assert len(real[real.step >= 0]) == 2 * 6 * 3
+    # the first turn sends the prompt and its step's append, as the simulated turn does (the
+    # defaults: 256 + 64 tokens; the server adds a few of its own)
+    first = real[(real.step >= 0) & (real.step % 3 == 0)]
+    assert first.prompt_tokens.between(256 + 64, 256 + 64 + 8).all(), first.prompt_tokens
     # the context grew turn by turn and the server served the previous turns from its cache
     later = real[(real.step >= 0) & (real.step % 3 > 0)]
     assert (later.cached_tokens > 0.8 * later.prompt_tokens).all()
