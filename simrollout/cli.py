@@ -686,9 +686,9 @@ def validate(
     _conclude(title, "simulated (95% range)", table, record, lambda tmp: keep(tmp, scn, real, table, be))
 
 
-def _conclude(title: str, simulated: str, table, record: Path | None, keep) -> None:
-    """Print a validation's comparison with its targets, record it (``keep(folder)``) when asked,
-    and exit 1 when a target is missed."""
+def _conclude(title: str, simulated: str, table, record: Path | None, keep, notes=()) -> None:
+    """Print a validation's comparison with its targets and ``notes``, record it
+    (``keep(folder)``) when asked, and exit 1 when a target is missed."""
     from rich.table import Table
 
     t = Table(title=title)
@@ -705,6 +705,8 @@ def _conclude(title: str, simulated: str, table, record: Path | None, keep) -> N
             real += f" ({r.real_min:.3f}-{r.real_max:.3f})"
         t.add_row(str(r.concurrency), r.metric, real, f"{r.simulated:.3f}", f"{r.diff_pct:+.1f}", mark)
     Console().print(t)
+    for note in notes:
+        typer.echo(note)
     if record is not None:
         with atomic_folder(record) as tmp:
             keep(tmp)
@@ -719,7 +721,7 @@ def _validate_engine(
 ) -> None:
     """``validate --engine``: the agent loop on a real server vs its simulation."""
     from .calibration.engine_probe import Server
-    from .calibration.validate_engine import agent_scenario, compare_engine, real_agent_loop
+    from .calibration.validate_engine import agent_scenario, compare_engine, real_agent_loop, speed_check
     from .calibration.validate_engine import record as keep
 
     if not base_url:
@@ -730,13 +732,26 @@ def _validate_engine(
     import pandas as pd
 
     server = Server(base_url, model)
-    real = pd.concat([real_agent_loop(server, scn, seed, extra, run=k) for k in range(repeat)])
+    runs, checks = [], []
+    for k in range(repeat):  # the engine's speed against its profile before every run and at the end
+        checks.append(speed_check(server, scn, extra, f"before run {k + 1}", seed))
+        runs.append(real_agent_loop(server, scn, seed, extra, run=k))
+    checks.append(speed_check(server, scn, extra, "after", seed))
+    real, speed = pd.concat(runs), pd.DataFrame(checks)
     table = compare_engine(real, scn)
     title = f"validate --engine: {trajectories} x {steps} turns on {base_url}"
     if repeat > 1:
         title += f", real: median of {repeat} runs"
+    note = "engine speed against the profile (lone 128-token requests, real minus profile): " + ", ".join(
+        f"{c.check} {c.drift_pct:+.0f}%" for c in speed.itertuples()
+    )
+    if speed.drift_pct.abs().max() > 10:
+        note += (". The engine ran more than 10% off its profile's speed during this validation: a "
+                 "miss of about that size is the machine's, not the model's; probe again and validate "
+                 "in one sitting.")  # fmt: skip
     _conclude(title, "simulated", table, record,
-              lambda tmp: keep(tmp, scn, real, table, server, extra, profile, record))  # fmt: skip
+              lambda tmp: keep(tmp, scn, real, table, server, extra, profile, record, speed),
+              notes=[note])  # fmt: skip
 
 
 class Interrupted(BaseException):

@@ -105,6 +105,35 @@ def real_agent_loop(
     return pd.DataFrame(rows).assign(run=run)
 
 
+SPEED_PROMPT, SPEED_OUTPUT, SPEED_REQUESTS = 128, 32, 4
+
+
+def speed_check(server: Server, scn: Scenario, extra: dict | None, label: str, seed: int = 0) -> dict:
+    """The engine's speed now against its profile: a few lone requests of the probe's shape
+    (128-token prompt, 32 output tokens; fresh text) timed for real and on the profile's
+    engine alone. A server slower or faster than when it was probed moves every comparison by
+    about as much, whatever the model."""
+    import simpy
+
+    from ..sim.serving import ServingTier
+
+    spec = scn.cluster.inference
+    rng = random.Random(f"speed-{seed}-{label}-{time.time_ns()}")
+    real, model = [], []
+    for _ in range(SPEED_REQUESTS):
+        res = server.complete(text(SPEED_PROMPT, rng), SPEED_OUTPUT, extra or {})
+        env = simpy.Environment()
+        tier = ServingTier(env, spec.model_copy(update={"engines": 1, "prefix_cache": False}))
+        req = tier.request(
+            0, int(res["prompt_tokens"] or SPEED_PROMPT), int(res["output_tokens"] or SPEED_OUTPUT)
+        )
+        env.run(req.done)
+        real.append(res["end"])
+        model.append(req.end + spec.engine.overhead)
+    a, b = float(np.median(real)), float(np.median(model))
+    return {"check": label, "at": time.time(), "real": a, "profile": b, "drift_pct": 100 * (a / b - 1)}
+
+
 def _metrics(requests: np.ndarray, makespan: float) -> dict[str, float]:
     return {
         "request_p50": float(np.percentile(requests, 50)),
@@ -140,9 +169,9 @@ def compare_engine(real: pd.DataFrame, scn: Scenario) -> pd.DataFrame:
 
 
 def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame, server: Server,
-           extra: dict, profile: Path, target: Path) -> None:  # fmt: skip
+           extra: dict, profile: Path, target: Path, speed: pd.DataFrame | None = None) -> None:  # fmt: skip
     """Commit-ready record in ``folder`` (to become ``target``): inputs, real measurements,
-    comparison and the server."""
+    comparison, the engine's speed checks and the server."""
     import json
     import os
 
@@ -155,6 +184,8 @@ def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame,
     (folder / "scenario.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     real.to_csv(folder / "real.csv", index=False)
     table.to_csv(folder / "comparison.csv", index=False)
+    if speed is not None:
+        speed.to_csv(folder / "speed.csv", index=False)
     info = server.info()
     kind = "llama.cpp llama-server" if "slots" in info else ""
     machine = {"cpus": os.cpu_count(), "server": kind, "request_extra": sorted(extra), **info}

@@ -89,6 +89,11 @@ def test_validate_engine_against_the_real_server(llama_server, probed, tmp_path)
     # the context grew turn by turn and the server served the previous turns from its cache
     later = real[(real.step >= 0) & (real.step % 3 > 0)]
     assert (later.cached_tokens > 0.8 * later.prompt_tokens).all()
+    # the engine's speed was checked against the profile before the run and after it
+    speed = pd.read_csv(tmp_path / "rec" / "speed.csv")
+    assert speed.check.tolist() == ["before run 1", "after"]
+    assert (speed.real > 0).all() and (speed.drift_pct.abs() < 60).all(), speed
+    assert "engine speed against the profile" in res.stdout
     makespan = table[table.metric == "makespan"]
     assert (makespan.diff_pct.abs() < 30).all(), table  # loose: CI machines are noisy
     assert (table[table.metric == "request_p50"].diff_pct.abs() < 40).all(), table
