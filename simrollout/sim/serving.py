@@ -122,10 +122,11 @@ class ServingEngine:
     def _drop(self, traj: int) -> None:
         self.cached -= self.cache.pop(traj)
 
-    def _admit(self) -> None:
-        """Admit waiting requests in order while they fit, evicting idle prefixes LRU."""
-        cap = self.spec.kv_capacity_tokens
-        while self.waiting:
+    def _admit(self, limit: int | None = None) -> None:
+        """Admit waiting requests in order while they fit (at most ``limit``), evicting idle
+        prefixes LRU."""
+        cap, start = self.spec.kv_capacity_tokens, len(self.running)
+        while self.waiting and (limit is None or len(self.running) - start < limit):
             if len(self.running) >= self.spec.max_running:
                 return self._block()
             req = self.waiting[0]
@@ -173,13 +174,18 @@ class ServingEngine:
     # ------------------------------------------------------------ iterations
     def _run(self):
         env, it = self.env, self.it
+        woke = False
         while True:
-            self._admit()
+            # an idle engine starts on the first request that reaches it: requests of the same
+            # instant join at the next iteration boundary (a real server wakes on the first)
+            self._admit(1 if woke else None)
+            woke = False
             if not self.running:
                 self._wake = env.event()
                 if self.waiting:
                     raise RuntimeError("a waiting request can never fit this engine's KV cache")
                 yield self._wake
+                woke = True
                 continue
             decodes = [r for r in self.running if r.prefill_left == 0]
             prefills = [r for r in self.running if r.prefill_left > 0]
