@@ -629,7 +629,7 @@ def validate(
     import pandas as pd
 
     from .calibration.backends import get_backend
-    from .calibration.validate import HELD_OUT, compare, mini_rollout_scenario, real_rollout
+    from .calibration.validate import HELD_OUT, compare, mini_rollout_scenario, real_rollout, speed_check
     from .calibration.validate import record as keep
 
     trajectories = trajectories if trajectories is not None else (16 if engine else 64)
@@ -677,13 +677,32 @@ def validate(
         )
     scn = mini_rollout_scenario(profile, trajectories, steps, levels, tool, seed, llm, rate)
     be = get_backend(backend)
-    real = pd.concat([real_rollout(be, scn, image, run=k) for k in range(repeat)], ignore_index=True)
+    runs, checks = [], []
+    for k in range(repeat):  # the engine's speed against the profile before every run and at the end
+        checks.append(speed_check(be, profile, image, f"before run {k + 1}", seed))
+        runs.append(real_rollout(be, scn, image, run=k))
+    checks.append(speed_check(be, profile, image, "after", seed))
+    real, speed = pd.concat(runs, ignore_index=True), pd.DataFrame(checks)
     table = compare(real, scn)
     kind = "held-out workload" if held_out else "workload"
     title = f"validate: {trajectories} x {steps} steps on {backend}, {kind}"
     if repeat > 1:
         title += f", real: median of {repeat} runs"
-    _conclude(title, "simulated (95% range)", table, record, lambda tmp: keep(tmp, scn, real, table, be))
+    note = _speed_note(speed, "8 sandboxes at once, infrastructure time per trajectory")
+    _conclude(title, "simulated (95% range)", table, record,
+              lambda tmp: keep(tmp, scn, real, table, be, speed), notes=[note])  # fmt: skip
+
+
+def _speed_note(speed, what: str) -> str:
+    """One line on the engine's speed checks against the profile, with a warning past 10%."""
+    note = f"engine speed against the profile ({what}; real over profile): " + ", ".join(
+        f"{c.check} {c.drift_pct:+.0f}%" for c in speed.itertuples()
+    )
+    if speed.drift_pct.abs().max() > 10:
+        note += (". The engine ran more than 10% off its profile's speed during this validation: a "
+                 "miss of about that size is the machine's, not the model's; probe again and validate "
+                 "in one sitting.")  # fmt: skip
+    return note
 
 
 def _conclude(title: str, simulated: str, table, record: Path | None, keep, notes=()) -> None:
@@ -742,13 +761,7 @@ def _validate_engine(
     title = f"validate --engine: {trajectories} x {steps} turns on {base_url}"
     if repeat > 1:
         title += f", real: median of {repeat} runs"
-    note = "engine speed against the profile (lone 128-token requests, real minus profile): " + ", ".join(
-        f"{c.check} {c.drift_pct:+.0f}%" for c in speed.itertuples()
-    )
-    if speed.drift_pct.abs().max() > 10:
-        note += (". The engine ran more than 10% off its profile's speed during this validation: a "
-                 "miss of about that size is the machine's, not the model's; probe again and validate "
-                 "in one sitting.")  # fmt: skip
+    note = _speed_note(speed, "lone 128-token requests, latency")
     _conclude(title, "simulated", table, record,
               lambda tmp: keep(tmp, scn, real, table, server, extra, profile, record, speed),
               notes=[note])  # fmt: skip

@@ -206,6 +206,18 @@ def compare(real: pd.DataFrame, scn: Scenario, draws: int = 30) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def speed_check(backend: Backend, profile: Path, image: str, label: str, seed: int = 0) -> dict:
+    """The engine's speed now against the profile: a small burst (8 sandboxes at once, five
+    ``sleep 0`` each) run for real and simulated, compared by infrastructure time per
+    trajectory. An engine that has sped up or slowed down since it was probed moves the
+    validation's comparisons by about as much, whatever the model."""
+    scn = mini_rollout_scenario(profile, 8, 5, [8], {"kind": "constant", "value": 0.0}, seed)
+    real = real_rollout(backend, scn, image)
+    row = compare(real, scn, draws=10).set_index("metric").loc["infra_per_trajectory"]
+    a, b = float(row.real), float(row.simulated)
+    return {"check": label, "at": time.time(), "real": a, "profile": b, "drift_pct": 100 * (a / b - 1)}
+
+
 # a recorded real rollout: one row per real trajectory
 REAL_COLUMNS = ("concurrency", "trajectory", "start", "cold", "end", "llm", "tool")
 
@@ -247,8 +259,10 @@ def recorded_rollout(folder: Path, profile: Path) -> tuple[Scenario, pd.DataFram
     return scn, real
 
 
-def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame, backend: Backend) -> None:
-    """Commit-ready record: inputs, real measurements, comparison and machine."""
+def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame, backend: Backend,
+           speed: pd.DataFrame | None = None) -> None:  # fmt: skip
+    """Commit-ready record: inputs, real measurements, comparison, the engine's speed checks and
+    the machine."""
     import os
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -259,6 +273,8 @@ def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame,
     (folder / "scenario.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     real.to_csv(folder / "real.csv", index=False)
     table.to_csv(folder / "comparison.csv", index=False)
+    if speed is not None:
+        speed.to_csv(folder / "speed.csv", index=False)
 
     machine = {
         "host": socket.gethostname(),

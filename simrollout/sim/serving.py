@@ -7,7 +7,8 @@ decodes of prefill tokens of the others (chunked prefill); it lasts the profile'
 context the decodes attend to). The iteration that completes a prefill yields the request's first
 token. While the batch does not change, its iterations are summed in closed form (each adds one
 token to every decode's context), so an engine costs a few events per request, not one per token;
-a request that arrives meanwhile joins at the next iteration boundary.
+a request that arrives meanwhile joins at the next iteration boundary. An idle engine starts on
+the first request that reaches it (others of the same instant join at the next boundary).
 
 KV cache: a request holds its context plus its output from admission to completion (the model
 reserves up front and never preempts). When it completes, its context stays cached for the

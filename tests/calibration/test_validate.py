@@ -6,7 +6,7 @@ import pytest
 from simrollout.calibration.backends import get_backend
 from simrollout.calibration.fit import calibrate, write_profile
 from simrollout.calibration.probe import ProbePlan, probe, read_records
-from simrollout.calibration.validate import compare, mini_rollout_scenario, real_rollout
+from simrollout.calibration.validate import compare, mini_rollout_scenario, real_rollout, speed_check
 
 
 @pytest.mark.docker
@@ -93,6 +93,40 @@ def test_a_small_probe_predicts_the_held_out_workload_within_the_targets(docker_
     assert abs(diff["infra_per_trajectory"]) <= 25, diff["infra_per_trajectory"]
 
 
+def _slower(profile, path, factor: float = 3.0):
+    """``profile`` with every operation ``factor`` times as long, written to ``path``."""
+    import yaml
+
+    slow = yaml.safe_load(profile.read_text())
+    for ph in ("cold_start", "exec_overhead", "teardown"):
+        slow["substrate"][ph] = {"kind": "scaled", "factor": factor, "dist": slow["substrate"][ph]}
+    path.write_text(yaml.safe_dump(slow))
+    return path
+
+
+@pytest.mark.docker
+def test_speed_check_reads_the_engine_against_the_profile(docker_engine, tmp_path, root):
+    import pandas as pd
+
+    from tests.conftest import cli
+
+    be = get_backend("docker")
+    profile = root / "calibration/profiles/docker-recipe-e.yaml"
+    a = speed_check(be, profile, "simrollout-busybox:local", "as probed")
+    b = speed_check(be, _slower(profile, tmp_path / "slow.yaml"), "simrollout-busybox:local", "3x")
+    assert a["real"] > 0 and 2.5 < b["profile"] / a["profile"] < 3.5
+    # the same engine against a profile three times slower reads about three times faster
+    ratio = (1 + b["drift_pct"] / 100) / (1 + a["drift_pct"] / 100)
+    assert 0.2 < ratio < 0.6, (a, b)
+    # the CLI checks before the run and after it, says so under the table and records it
+    res = cli("validate", "--profile", profile, "--trajectories", 4, "--steps", 2, "--concurrency", "2",
+              "--record", tmp_path / "rec")  # fmt: skip
+    assert res.returncode in (0, 1), res.stderr
+    assert "engine speed against the profile" in res.stdout
+    speed = pd.read_csv(tmp_path / "rec" / "speed.csv")
+    assert speed.check.tolist() == ["before run 1", "after"] and (speed.real > 0).all()
+
+
 def test_compare_takes_the_median_of_repeated_real_runs_and_shows_their_spread(tmp_path):
     from pathlib import Path
 
@@ -135,7 +169,6 @@ def _recorded(tmp_path, profile):
 
 
 def test_against_compares_a_recorded_rollout_with_the_given_profile(tmp_path, root):
-    import yaml
 
     from simrollout.calibration.validate import recorded_rollout
 
@@ -145,11 +178,7 @@ def test_against_compares_a_recorded_rollout_with_the_given_profile(tmp_path, ro
     assert scn.trajectories == 8 and scn.cluster.levels == [2] and len(real) == 8
     same = compare(real, scn, draws=4).set_index("metric")
     # a profile whose every operation takes three times as long: the same record, more infrastructure
-    slow = yaml.safe_load(profile.read_text())
-    for ph in ("cold_start", "exec_overhead", "teardown"):
-        slow["substrate"][ph] = {"kind": "scaled", "factor": 3.0, "dist": slow["substrate"][ph]}
-    (tmp_path / "slow.yaml").write_text(yaml.safe_dump(slow))
-    scn3, _ = recorded_rollout(folder, tmp_path / "slow.yaml")
+    scn3, _ = recorded_rollout(folder, _slower(profile, tmp_path / "slow.yaml"))
     slower = compare(real, scn3, draws=4).set_index("metric")
     assert (same.real == slower.real).all()  # the real side is the record's
     ratio = slower.loc["infra_per_trajectory", "simulated"] / same.loc["infra_per_trajectory", "simulated"]
