@@ -350,7 +350,7 @@ def probe(
     ),
     base_url: str | None = typer.Option(None, help="openai: the server's URL (http://host:port/v1)."),
     model: str = typer.Option("default", help="openai: the model name the server serves."),
-    prompts: str = typer.Option("128,1024", help="openai: prompt lengths in tokens."),
+    prompts: str = typer.Option("128,512,1024", help="openai: prompt lengths in tokens."),
     output_tokens: int = typer.Option(32, help="openai: output tokens per request."),
     requests: int = typer.Option(
         0, help="openai: requests per level and prompt length (0: max(8, 2 x level))."
@@ -793,7 +793,8 @@ def _calibrate_engine(records, name, out, kv_capacity, max_running) -> None:
     it = profile["engine"]["iteration"]
     typer.echo(
         f"engine: iteration {it['base'] * 1e3:.2f} ms + {it['per_prefill_token'] * 1e6:.2f} us/prefill "
-        f"token + {it['per_decode'] * 1e3:.3f} ms/decode + {it['per_context_token'] * 1e9:.2f} ns/context "
+        f"token + {it['per_prefill_attention'] * 1e9:.2f} ns/prefill attention pair + "
+        f"{it['per_decode'] * 1e3:.3f} ms/decode + {it['per_context_token'] * 1e9:.2f} ns/context "
         f"token; KV {profile['engine']['kv_capacity_tokens']:,} tokens"
     )
     for key, row in profile["fit"].items():

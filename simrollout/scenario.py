@@ -247,17 +247,26 @@ class Substrate(_Model):
 
 class IterationTime(_Model):
     """Seconds per engine iteration, linear in the batch's work (a Vidur-style predictor):
-    ``base + per_prefill_token x P + per_decode x D + per_context_token x C`` for P prefill
-    tokens, D decoding requests and C tokens of context those decodes attend to."""
+    ``base + per_prefill_token x P + per_prefill_attention x A + per_decode x D +
+    per_context_token x C`` for P prefill tokens, A pairs of a prefill token and a token it
+    attends to (a chunk of ``t`` tokens after ``k`` of its request's context: ``t x (k + t/2)``,
+    as Vidur's prefill attention grows with the chunk's square), D decoding requests and C
+    tokens of context those decodes attend to."""
 
     base: PositiveFloat
     per_prefill_token: NonNegativeFloat
+    per_prefill_attention: NonNegativeFloat = 0.0
     per_decode: NonNegativeFloat = 0.0
     per_context_token: NonNegativeFloat = 0.0
 
-    def __call__(self, prefill: float, decodes: float, context: float) -> float:
-        return (self.base + self.per_prefill_token * prefill + self.per_decode * decodes
-                + self.per_context_token * context)  # fmt: skip
+    def __call__(self, prefill: float, decodes: float, context: float, attention: float = 0.0) -> float:
+        return (self.base + self.per_prefill_token * prefill + self.per_prefill_attention * attention
+                + self.per_decode * decodes + self.per_context_token * context)  # fmt: skip
+
+    def prefill_seconds(self, tokens, prefix=0):
+        """The prefill part of iterations over ``tokens`` tokens after ``prefix`` of context (in
+        any chunks: the causal pairs add up to ``tokens x (prefix + tokens / 2)``)."""
+        return self.per_prefill_token * tokens + self.per_prefill_attention * tokens * (prefix + tokens / 2)
 
 
 class Engine(_Model):

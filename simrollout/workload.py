@@ -149,7 +149,7 @@ def unloaded_turns(
         prefill = np.where(grow, np.maximum(c - prev, 1), np.maximum(c, 1))  # all but the cached prefix
         chunks = -(-prefill // engine.max_batch_tokens)
         d = o - 1
-        out_t[at] = (engine.overhead + chunks * it.base + it.per_prefill_token * prefill
+        out_t[at] = (engine.overhead + chunks * it.base + it.prefill_seconds(prefill, c - prefill)
                      + d * (it.base + it.per_decode + it.per_context_token * c)
                      + it.per_context_token * d * (d + 1) / 2)  # fmt: skip
         ctx[live] = c + o

@@ -1,9 +1,10 @@
 """Fit an engine profile (simrollout.sim.serving's iteration model) to ``probe openai`` records.
 
 - At concurrency 1 (one request at a time) a request's first token comes after ``overhead``
-  plus one iteration over its prompt, ``overhead + base + per_prefill_token x P``, and each
-  later token after one decode iteration, ``base + per_decode + per_context_token x C``: two
-  straight lines, in the prompt and in the context.
+  plus one iteration over its prompt, ``overhead + base + per_prefill_token x P +
+  per_prefill_attention x P^2/2`` (the prompt's causal attention), and each later token after
+  one decode iteration, ``base + per_decode + per_context_token x C``, a straight line in the
+  context.
 - How the lone iteration splits into ``base`` and ``per_decode`` shows only under load: the
   decode runs (at each level, that many short-prompt, long-output requests started together)
   give the time per output token as a line in the decodes in flight. Without decode runs, the
@@ -55,14 +56,15 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     ok = _ok(records)
     plain = [r for r in ok if r["mode"] == "plain"]
     ones = [r for r in plain if r["concurrency"] == 1]
-    # concurrency 1, one request at a time: TTFT is a line in the prompt, TPOT one in the context
-    # (Theil-Sen lines: a few requests slowed by something else on a shared machine do not tilt them)
-    slope, intercept = _line([r["prompt_tokens"] for r in ones], [r["ttft"] for r in ones])
-    per_prefill = max(slope, 0.0)  # ``intercept`` = overhead + base
+    # concurrency 1, one request at a time: TPOT is a line in the context (Theil-Sen: a few
+    # requests slowed by something else on a shared machine do not tilt it) ...
     dec = [r for r in ones if r["tpot"] is not None]
     ctx = [r["prompt_tokens"] + r["output_tokens"] / 2 for r in dec]
     per_context, lone = _line(ctx, [r["tpot"] for r in dec])
     per_context, lone = max(per_context, 0.0), max(lone, 1e-6)  # lone = base + per_decode
+    # ... and TTFT the overhead and base plus the prompt's prefill: a cost per token and one per
+    # pair of tokens in its causal attention (P^2 / 2), from the medians per prompt length
+    first, per_prefill, per_attention = _prefill(ones, lone)
     slots = next((r.get("slots") for r in ok if r.get("slots")), None)
     slot_ctx = next((r.get("slot_context") for r in ok if r.get("slot_context")), None)
     kv = kv_capacity or (slots * slot_ctx if slots and slot_ctx else None)
@@ -72,23 +74,24 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
             "start as 'GPU KV cache size: N tokens')."
         )
 
-    def engine(per_decode: float, overhead: float | None = None) -> dict:
-        """The profile for a split of the lone iteration; the overhead is what the TTFT line's
-        intercept leaves beyond ``base``, unless measured otherwise."""
+    def engine(per_decode: float) -> dict:
+        """The profile for a split of the lone iteration into ``base`` and ``per_decode``; the
+        overhead is what the first token's fixed part leaves beyond ``base``."""
         base = max(lone - per_decode, 1e-6)
+        it = {"base": base, "per_prefill_token": per_prefill, "per_prefill_attention": per_attention,
+              "per_decode": per_decode, "per_context_token": per_context}  # fmt: skip
         return {
-            "iteration": {"base": base, "per_prefill_token": per_prefill, "per_decode": per_decode,
-                          "per_context_token": per_context},
+            "iteration": it,
             "kv_capacity_tokens": int(kv),
             "max_running": int(max_running or slots or 256),
             "max_batch_tokens": 2048 if slots else 8192,  # llama.cpp's -b default; vLLM's chunked prefill
-            "overhead": max(intercept - base, 0.0) if overhead is None else overhead,
+            "overhead": max(first - base, 0.0),
         }  # fmt: skip
 
     # how the lone iteration splits into a fixed part and a per-decode part: from the decode runs
     # (short prompts, long outputs, started together: decodes with nothing else in the batch) ...
     runs = [r for r in ok if r["mode"] == "decode" and r["tpot"] is not None]
-    per_decode, overhead = 0.0, None
+    per_decode = 0.0
     if len({r["concurrency"] for r in runs}) >= 2:
         # per level, the least disturbed round (noise on a shared machine only adds time)
         best = {}
@@ -101,14 +104,6 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
         slope_d, _ = _line(d, np.array([best[c]["tpot"] for c in sorted(best)]) - per_context * ctx)
         # the slope only: one decode's iteration stays the lone requests' (many more of them)
         per_decode = float(np.clip(slope_d, 0.0, 0.95 * lone))
-        # what a request costs beyond its iterations (HTTP, tokenizer, the server's bookkeeping
-        # after the last token), from the lone requests' whole latency
-        rest = []
-        for r in ones:
-            p_, o = r["prompt_tokens"], r["output_tokens"]
-            iters = lone - per_decode + per_prefill * p_ + (o - 1) * (lone + per_context * (p_ + o / 2))
-            rest.append(r["latency"] - iters)
-        overhead = max(float(np.median(rest)), 0.0)
     else:  # ... or, without them, the loaded levels replayed on the model, TPOT medians matched
         loaded = [r for r in plain if r["concurrency"] > 1 and r["tpot"] is not None]
         if loaded:
@@ -120,12 +115,31 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
 
             per_decode = float(optimize.minimize_scalar(loss, bounds=(0.0, lone), method="bounded",
                                                         options={"xatol": lone * 1e-4}).x)  # fmt: skip
-    fitted = engine(per_decode, overhead)
+    fitted = engine(per_decode)
     it = fitted["iteration"]
     fitted["iteration"] = {k: float(f"{v:.4g}") for k, v in it.items()}
     fitted["overhead"] = float(f"{fitted['overhead']:.4g}")
     model = Engine.model_validate(fitted)
     return {"engine": fitted, "fit": goodness(ok, model)}
+
+
+def _prefill(ones: list[dict], lone: float) -> tuple[float, float, float]:
+    """The first token's fixed seconds (overhead + base), and seconds per prompt token and per
+    pair of prompt tokens in causal attention, from the median TTFT of each prompt length at
+    concurrency 1 (non-negative least squares). Three lengths or more determine all three; with
+    two, the fixed part is taken as one lone decode iteration's."""
+    groups: dict[int, list[dict]] = {}
+    for r in ones:
+        groups.setdefault(_length(r), []).append(r)
+    p = np.array([np.median([r["prompt_tokens"] for r in g]) for g in groups.values()], float)
+    med = np.array([np.median([r["ttft"] for r in g]) for g in groups.values()])
+    if len(p) >= 3:
+        cols = np.column_stack([np.ones_like(p), p, p * p / 2])
+        (first, per_token, per_pair), _ = optimize.nnls(cols, med)
+    else:
+        first = lone
+        (per_token, per_pair), _ = optimize.nnls(np.column_stack([p, p * p / 2]), med - lone)
+    return float(first), float(per_token), float(per_pair)
 
 
 def _line(x, y) -> tuple[float, float]:

@@ -192,14 +192,15 @@ class ServingEngine:
             prefills = [r for r in self.running if r.prefill_left > 0]
             d, ctx = len(decodes), sum(r.ctx for r in decodes)
             if prefills:  # one iteration with a chunk of prefill
-                budget, alloc = max(self.spec.max_batch_tokens - d, 0), []
+                budget, alloc, pairs = max(self.spec.max_batch_tokens - d, 0), [], 0.0
                 for r in prefills:
                     take = min(r.prefill_left, budget)
                     if take <= 0:
                         break
                     alloc.append((r, take))
                     budget -= take
-                dt = it(sum(t for _, t in alloc), d, ctx)
+                    pairs += take * (r.context - r.prefill_left + take / 2)  # causal attention
+                dt = it(sum(t for _, t in alloc), d, ctx, pairs)
                 yield env.timeout(dt)
                 self._step(decodes, 1, dt)
                 for r, take in alloc:
@@ -265,6 +266,7 @@ class ServingTier:
         self.requests = self.queued = self.evicted = self.compacted = 0
         self.prefill_tokens = self.decode_tokens = 0
         self.reusable_tokens = self.reused_tokens = self.reprefilled_tokens = 0
+        self.reprefill_seconds = 0.0  # engine seconds spent prefilling them again
         self.ttft: list[float] = []
         self.tpot: list[float] = []
         self.kv_wait: list[float] = []
@@ -313,7 +315,9 @@ class ServingTier:
         if req.reusable and not req.fresh:
             self.reusable_tokens += req.reusable
             self.reused_tokens += min(req.reuse, req.reusable)
-            self.reprefilled_tokens += max(req.reusable - req.reuse, 0)
+            lost = max(req.reusable - req.reuse, 0)
+            self.reprefilled_tokens += lost
+            self.reprefill_seconds += self.spec.engine.iteration.prefill_seconds(lost, req.reuse)
 
     def finished(self, req: Request) -> None:
         self.decode_tokens += req.output - 1
@@ -354,10 +358,7 @@ class ServingTier:
             "prefix_evictions": self.evicted,
             "compactions": self.compacted,
             "reprefilled_tokens": self.reprefilled_tokens,
-            "reprefill_gpu_hours": self.reprefilled_tokens
-            * spec.iteration.per_prefill_token
-            * spec.gpus
-            / 3600,
+            "reprefill_gpu_hours": self.reprefill_seconds * spec.gpus / 3600,
             "prefill_tokens": self.prefill_tokens,
             "output_tokens": self.decode_tokens + self.requests,
             "llm_request_p50": pct(self.latency, 50),

@@ -15,11 +15,12 @@ from simrollout.errors import InputError
 from simrollout.scenario import Engine, Inference
 from simrollout.sim.serving import ServingTier
 
-TRUE = {"base": 0.03, "per_prefill_token": 0.0025, "per_decode": 0.004, "per_context_token": 4e-5}
+TRUE = {"base": 0.03, "per_prefill_token": 0.0025, "per_prefill_attention": 1e-6, "per_decode": 0.004,
+        "per_context_token": 4e-5}  # fmt: skip
 
 
 def synthetic_probe(
-    levels=(1, 2, 4, 8), prompts=(128, 1024), output=32, per=8, overhead=0.01, seed=0, decode=False
+    levels=(1, 2, 4, 8), prompts=(128, 512, 1024), output=32, per=8, overhead=0.01, seed=0, decode=False
 ):
     """The probe's plan played against the engine model: records as ``probe openai`` writes them."""
     rng = np.random.default_rng(seed)
