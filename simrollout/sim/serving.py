@@ -175,7 +175,7 @@ class ServingEngine:
     # ------------------------------------------------------------ iterations
     def _run(self):
         env, it = self.env, self.it
-        woke = False
+        woke = True  # idle at the start
         while True:
             # an idle engine starts on the first request that reaches it: requests of the same
             # instant join at the next iteration boundary (a real server wakes on the first)

@@ -91,6 +91,38 @@ def test_one_request_known_answer():
     assert tr.ttft[0] == pytest.approx(prefill + second, rel=1e-12)
 
 
+def test_prefill_attention_counts_causal_pairs_in_any_chunks():
+    """A prompt's attention pairs add up to P^2 / 2 however it is chunked; an append after a
+    cached prefix attends to the prefix too."""
+    it = {**IT, "per_prefill_attention": 1e-7}
+    env = simpy.Environment()
+    tr = tier(env, it=it)  # a 512-token budget: 1000 tokens in two chunks
+    first = tr.request(0, 1000, 2)
+    env.run(first.done)
+    want = 2 * it["base"] + it["per_prefill_token"] * 1000 + it["per_prefill_attention"] * 1000 * 1000 / 2
+    assert first.first == pytest.approx(want, rel=1e-12)
+    # the next turn: 100 tokens appended after the 1,002 cached (prompt, first token, one decode)
+    t0 = env.now
+    nxt = tr.request(0, 1102, 2, reusable=1002)
+    env.run(nxt.done)
+    want = it["base"] + it["per_prefill_token"] * 100 + it["per_prefill_attention"] * 100 * (1002 + 50)
+    assert nxt.first - t0 == pytest.approx(want, rel=1e-12)
+
+
+def test_an_idle_engine_starts_on_the_first_request_and_the_rest_join_next():
+    """Requests of one instant at an idle engine: the first is prefilled alone, the others join
+    at the next iteration boundary (a real server wakes on the first)."""
+    env = simpy.Environment()
+    tr = tier(env)
+    reqs = [tr.request(k, 100, 5) for k in range(3)]
+    env.run()
+    alone = IT["base"] + IT["per_prefill_token"] * 100
+    assert reqs[0].first == pytest.approx(alone, rel=1e-12)
+    # the next iteration: the first's decode and both other prompts
+    both = IT["base"] + IT["per_prefill_token"] * 200 + IT["per_decode"] + IT["per_context_token"] * 101
+    assert reqs[1].first == reqs[2].first == pytest.approx(alone + both, rel=1e-12)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_closed_form_batches_equal_the_iteration_by_iteration_reference(seed):
     rng = np.random.default_rng(seed)
