@@ -63,7 +63,7 @@ def run(
             jobs=jobs,
             keep_records=False,
             records_dir=None if no_records else tmp / "trajectories",
-            progress=lambda done, total: bar.update(task, completed=done / total),
+            progress=_ticker(bar, task),
             executor=executor,
             address=address,
         )
@@ -132,7 +132,7 @@ def sweep(
             executor=executor,
             jobs=jobs,
             address=address,
-            progress=lambda done, total: bar.update(task, completed=done / total),
+            progress=_ticker(bar, task),
         )
     with atomic_folder(out) as tmp:
         df.to_csv(tmp / "sweep.csv", index=False)
@@ -234,7 +234,7 @@ def plan(
             sample=sample,
             executor=executor,
             jobs=jobs,
-            progress=lambda done, total: bar.update(task, completed=done / total),
+            progress=_ticker(bar, task),
             max_failed=max_failed,
             check=check,
             sensitivity=sensitivity,
@@ -296,7 +296,7 @@ def _plan_training(
         task = bar.add_task("plan", total=1.0)
         result = plan_training(
             scn, target, steps_per_day, levels, pools, hosts, executor=executor, jobs=jobs,
-            progress=lambda done, total: bar.update(task, completed=done / total),
+            progress=_ticker(bar, task),
             max_failed=max_failed, check=check,
         )  # fmt: skip
     t = result.table.assign(
@@ -775,10 +775,27 @@ class Interrupted(BaseException):
         self.code = code
 
 
+_PENDING: list[int] = []  # interrupts received: one raised where Python cannot propagate it
+# (a finalizer, a callback that swallows exceptions) is raised again at the next progress tick
+
+
 def _interrupt(signum, frame):
     import signal
 
-    raise Interrupted(143 if signum == signal.SIGTERM else 130)
+    code = 143 if signum == signal.SIGTERM else 130
+    _PENDING.append(code)
+    raise Interrupted(code)
+
+
+def _ticker(bar, task):
+    """A progress callback for ``bar`` that raises a pending interrupt again."""
+
+    def tick(done: int, total: int) -> None:
+        if _PENDING:
+            raise Interrupted(_PENDING[-1])
+        bar.update(task, completed=done / total)
+
+    return tick
 
 
 def _calibrate_engine(records, name, out, kv_capacity, max_running) -> None:

@@ -216,3 +216,32 @@ def test_ctrl_c_stops_a_serial_or_ray_run(tmp_path, root, executor, warmup):
     assert not left, [c.cmdline()[:3] for c in left]
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_an_interrupt_swallowed_where_it_landed_is_raised_at_the_next_progress_tick():
+    """Ctrl-C raised inside code that cannot pass it on (a generator's finalizer during garbage
+    collection) must still stop the run: the progress callback raises it again."""
+    import signal
+
+    from simrollout import cli as m
+
+    seen = []
+
+    class Bar:
+        def update(self, task, completed):
+            seen.append(completed)
+
+    m._PENDING.clear()
+    try:
+        tick = m._ticker(Bar(), 0)
+        tick(1, 4)
+        assert seen == [0.25]
+        try:
+            m._interrupt(signal.SIGINT, None)
+        except BaseException:  # swallowed where it landed
+            pass
+        with pytest.raises(m.Interrupted) as exc:
+            tick(2, 4)
+        assert exc.value.code == 130 and seen == [0.25]
+    finally:
+        m._PENDING.clear()
