@@ -677,12 +677,12 @@ def validate(
         )
     scn = mini_rollout_scenario(profile, trajectories, steps, levels, tool, seed, llm, rate)
     be = get_backend(backend)
-    runs, checks = [], []
-    for k in range(repeat):  # the engine's speed against the profile before every run and at the end
-        checks.append(speed_check(be, profile, image, f"before run {k + 1}", seed))
-        runs.append(real_rollout(be, scn, image, run=k))
-    checks.append(speed_check(be, profile, image, "after", seed))
-    real, speed = pd.concat(runs, ignore_index=True), pd.DataFrame(checks)
+    runs, speed = _checked_runs(
+        repeat,
+        lambda k: real_rollout(be, scn, image, run=k),
+        lambda at: speed_check(be, profile, image, at, seed),
+    )
+    real = pd.concat(runs, ignore_index=True)
     table = compare(real, scn)
     kind = "held-out workload" if held_out else "workload"
     title = f"validate: {trajectories} x {steps} steps on {backend}, {kind}"
@@ -691,6 +691,19 @@ def validate(
     note = _speed_note(speed, "8 sandboxes at once, infrastructure time per trajectory")
     _conclude(title, "simulated (95% range)", table, record,
               lambda tmp: keep(tmp, scn, real, table, be, speed), notes=[note])  # fmt: skip
+
+
+def _checked_runs(repeat: int, run, check):
+    """``repeat`` real runs (``run(k)``), the engine's speed checked against the profile
+    (``check(label)``) before every run and after the last: the runs and the checks' table."""
+    import pandas as pd
+
+    runs, checks = [], []
+    for k in range(repeat):
+        checks.append(check(f"before run {k + 1}"))
+        runs.append(run(k))
+    checks.append(check("after"))
+    return runs, pd.DataFrame(checks)
 
 
 def _speed_note(speed, what: str) -> str:
@@ -751,12 +764,12 @@ def _validate_engine(
     import pandas as pd
 
     server = Server(base_url, model)
-    runs, checks = [], []
-    for k in range(repeat):  # the engine's speed against its profile before every run and at the end
-        checks.append(speed_check(server, scn, extra, f"before run {k + 1}", seed))
-        runs.append(real_agent_loop(server, scn, seed, extra, run=k))
-    checks.append(speed_check(server, scn, extra, "after", seed))
-    real, speed = pd.concat(runs), pd.DataFrame(checks)
+    runs, speed = _checked_runs(
+        repeat,
+        lambda k: real_agent_loop(server, scn, seed, extra, run=k),
+        lambda at: speed_check(server, scn, extra, at, seed),
+    )
+    real = pd.concat(runs)
     table = compare_engine(real, scn)
     title = f"validate --engine: {trajectories} x {steps} turns on {base_url}"
     if repeat > 1:
