@@ -259,6 +259,11 @@ def plan(
         typer.echo(f"\ncheck of the top candidates ({int(result.check.checked.iloc[0]):,} trajectories x "
                    f"{int(result.check.replications.iloc[0])} replications, 95% CIs):")  # fmt: skip
         typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    _conclude_plan(result, out)
+
+
+def _conclude_plan(result, out: Path | None) -> None:
+    """A plan's last words: its description, the table to ``out``, exit 1 when nothing fits."""
     typer.echo(result.describe())
     if out is not None:
         with atomic_file(out) as tmp:
@@ -313,12 +318,7 @@ def _plan_training(
         chk = result.check[["substrate", "concurrency", "warm_pool", "hosts", "steps_per_day",
                             "steps_per_day_ci95", "cost_usd", "cost_usd_ci95", "meets"]]  # fmt: skip
         typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-    typer.echo(result.describe())
-    if out is not None:
-        with atomic_file(out) as tmp:
-            result.table.to_csv(tmp, index=False)
-    if result.best is None:
-        raise typer.Exit(1)
+    _conclude_plan(result, out)
 
 
 @app.command()
