@@ -660,7 +660,7 @@ def validate(
         title = f"validate: the real rollout recorded in {against} against {profile.name}"
         if runs > 1:
             title += f", real: median of {runs} runs"
-        return _conclude(title, "simulated (95% range)", compare(real, scn), None, None)
+        return _conclude(title, "simulated\n(95% range)", compare(real, scn), None, None)
     tool = {"kind": "lognormal", "median": tool_median, "p99": tool_p99}
     if engine:
         extra = _json_option(request_extra, "--request-extra")
@@ -689,7 +689,7 @@ def validate(
     if repeat > 1:
         title += f", real: median of {repeat} runs"
     note = _speed_note(speed, "8 sandboxes at once, infrastructure time per trajectory")
-    _conclude(title, "simulated (95% range)", table, record,
+    _conclude(title, "simulated\n(95% range)", table, record,
               lambda tmp: keep(tmp, scn, real, table, be, speed), notes=[note])  # fmt: skip
 
 
@@ -721,22 +721,29 @@ def _speed_note(speed, what: str) -> str:
 def _conclude(title: str, simulated: str, table, record: Path | None, keep, notes=()) -> None:
     """Print a validation's comparison with its targets and ``notes``, record it
     (``keep(folder)``) when asked, and exit 1 when a target is missed."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title=title)
-    for col in ("concurrency", "metric", "real", simulated, "diff %", "target"):
-        t.add_column(col, justify="right")
-    missed = 0
+    rows, missed = [], 0
     for _, r in table.iterrows():
         tgt = r.target_pct
         ok = tgt is None or tgt != tgt or abs(r.diff_pct) <= tgt
         missed += not ok
-        mark = "" if tgt is None or tgt != tgt else f"{'ok' if ok else 'MISSED'} ±{tgt:.0f}%"
-        real = f"{r.real:.3f}"
+        mark = "" if tgt is None or tgt != tgt else f"{'ok' if ok else 'MISSED'}\n±{tgt:.0f}%"
+        real, sim = f"{r.real:.3f}", f"{r.simulated:.3f}"
         if r.get("runs", 1) > 1:  # the median of repeated real runs, and their spread
-            real += f" ({r.real_min:.3f}-{r.real_max:.3f})"
-        t.add_row(str(r.concurrency), r.metric, real, f"{r.simulated:.3f}", f"{r.diff_pct:+.1f}", mark)
-    Console().print(t)
+            real += f"\n({r.real_min:.3g}-{r.real_max:.3g})"
+        if "sim_lo" in r:  # the mean of the substrate's draws, and their 95% range
+            sim += f"\n({r.sim_lo:.3g}-{r.sim_hi:.3g})"
+        rows.append((str(r.concurrency), r.metric, real, sim, f"{r.diff_pct:+.1f}", mark))
+    t = Table(title=title, box=box.SIMPLE_HEAD)
+    for col in ("in\nflight", "metric", "real", simulated, "diff %", "target"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for row in rows:
+        t.add_row(*row)
+    # never a name or figure cut short: on a narrower terminal the lines wrap instead
+    need = Console(width=10_000).measure(t).maximum
+    Console(width=max(Console().width, need)).print(t)
     for note in notes:
         typer.echo(note)
     if record is not None:

@@ -145,6 +145,31 @@ def test_compare_takes_the_median_of_repeated_real_runs_and_shows_their_spread(t
     assert (table.runs == 3).all() and table.loc["cold_start_p50", "real"] == 0.5
 
 
+def test_compare_splits_infrastructure_time_into_first_wave_later_cold_starts_and_the_rest(tmp_path):
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[2]
+    tool = {"kind": "lognormal", "median": 0.05, "p99": 0.3}
+    scn = mini_rollout_scenario(root / "calibration/profiles/docker-local.yaml", 6, 3, [2], tool, seed=1)
+    # six trajectories at 2 in flight: the two that start first waited 3 s for their sandboxes,
+    # the later four 1 s; each spent 0.5 s more on the substrate (listed out of start order)
+    starts, colds = [5.0, 0.0, 9.0, 0.1, 13.0, 17.0], [1.0, 3.0, 1.0, 3.0, 1.0, 1.0]
+    rows = [{"concurrency": 2, "trajectory": i, "start": s, "cold": c, "end": s + c + 0.5 + 2.0, "llm": 2.0,
+             "tool": 0.0} for i, (s, c) in enumerate(zip(starts, colds))]  # fmt: skip
+    table = compare(pd.DataFrame(rows), scn, draws=2).set_index("metric")
+    real = table.real
+    assert real["cold_start_first_wave"] == 3.0 and real["cold_start_later"] == 1.0
+    assert abs(real["exec_and_teardown"] - 0.5) < 1e-9
+    # the split adds up to infrastructure time, on both sides
+    for side in ("real", "simulated"):
+        t = table[side]
+        whole = (2 * t["cold_start_first_wave"] + 4 * t["cold_start_later"]) / 6 + t["exec_and_teardown"]
+        assert abs(whole - t["infra_per_trajectory"]) < 1e-9, side
+    assert pd.isna(table.loc["cold_start_first_wave", "target_pct"])
+
+
 def _recorded(tmp_path, profile):
     """A record folder like ``validate --record`` writes, its "real" rollout simulated."""
     import pandas as pd
@@ -183,6 +208,26 @@ def test_against_compares_a_recorded_rollout_with_the_given_profile(tmp_path, ro
     assert (same.real == slower.real).all()  # the real side is the record's
     ratio = slower.loc["infra_per_trajectory", "simulated"] / same.loc["infra_per_trajectory", "simulated"]
     assert 2.5 < ratio < 3.5, ratio
+
+
+def test_the_printed_comparison_cuts_no_name_or_figure_short_on_a_narrow_terminal(tmp_path, root):
+    import os
+    import subprocess
+    import sys
+
+    from simrollout.calibration.validate import METRICS
+
+    profile = root / "calibration/profiles/docker-local.yaml"
+    folder = _recorded(tmp_path, profile)
+    proc = subprocess.run(
+        [sys.executable, "-m", "simrollout.cli", "validate", "--profile", str(profile), "--against", str(folder)],
+        capture_output=True, text=True, env={**os.environ, "COLUMNS": "60"},
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "…" not in proc.stdout
+    for name in [*METRICS, "target", "flight", "(95% range)"]:
+        assert name in proc.stdout, name
+    assert any(line.rstrip().endswith(("ok", "MISSED")) for line in proc.stdout.splitlines())
 
 
 def test_against_refuses_a_folder_without_a_record_and_other_modes(tmp_path, root):
