@@ -340,6 +340,10 @@ def probe(
         None, help="Image (or snapshot, template, AMI); default: one that exists on the backend."
     ),
     command: str = typer.Option("true", help="Command whose exec round trip is timed."),
+    think: float = typer.Option(
+        0.0,
+        help="Seconds each sandbox waits before each command, as an agent's LLM turn does (0: back to back).",
+    ),
     reset: str | None = typer.Option(
         "rm -rf work && mkdir -p work/src && for i in 1 2 3 4 5 6 7 8; do echo $i > work/src/f$i; done",
         help="Command timed as a sandbox reset for the next sample of a task, in the sandbox's "
@@ -374,6 +378,8 @@ def probe(
         raise InputError(f"--mode: expected one of {list(MODES)}, got '{mode}'.")
     if not gap >= 0 or gap == float("inf"):
         raise InputError(f"--gap: expected seconds >= 0 between staggered starts, got {gap}.")
+    if not 0 <= think < float("inf"):
+        raise InputError(f"--think: expected seconds >= 0 before each command, got {think}.")
     if sandboxes < 0 or commands < 1:
         raise InputError(
             f"--sandboxes must be >= 0 (0: automatic) and --commands >= 1, got {sandboxes} and {commands}."
@@ -398,8 +404,9 @@ def probe(
     if image_mb < 0:
         raise InputError(f"--image-mb: expected MB >= 0 (0 skips the task image loads), got {image_mb}.")
     plan = ProbePlan(
-        sandboxes, commands, levels, mode, gap, image, command, reset=reset or None, image_mb=image_mb
-    )
+        sandboxes, commands, levels, mode, gap, image, command, reset=reset or None, image_mb=image_mb,
+        think=think,
+    )  # fmt: skip
     counts: dict[str, int] = {}
 
     def seen(rec):

@@ -47,6 +47,7 @@ class ProbeRecord:
     sandbox: int
     command: str | None = None
     bytes: int | None = None  # pull: the task image archive's size
+    think: float = 0.0  # exec: seconds its sandbox waited before it (ProbePlan.think)
 
 
 class CorruptTransfer(RuntimeError):
@@ -92,6 +93,7 @@ class ProbePlan:
     reset: str | None = None  # time this command as a sandbox reset (reuse within a task)
     image_mb: int = 0  # time loading a task image of the image plus this many MB (docker)
     pulls: int = 5  # task image loads, at the first level, one at a time
+    think: float = 0.0  # seconds each sandbox waits before each command (an agent's LLM turn)
 
     def count(self, level: int) -> int:
         """Lifecycles at ``level``: enough to fill it twice and give 32 samples of each phase."""
@@ -131,7 +133,7 @@ def probe(
     live: dict[int, object] = {}
     lock = threading.Lock()
 
-    def timed(phase, level, idx, fn, command=None, size=None):
+    def timed(phase, level, idx, fn, command=None, size=None, think=0.0):
         t0, w0 = time.time(), time.perf_counter()
         err = None
         try:
@@ -149,6 +151,7 @@ def probe(
             sandbox=idx,
             command=command,
             bytes=size,
+            think=think,
         )
         writer.write(rec)
         if on_record:
@@ -165,9 +168,12 @@ def probe(
             live[id(box)] = box
         try:
             for _ in range(plan.commands):
+                if plan.think:
+                    stop.wait(plan.think)
                 if stop.is_set():
                     break
-                timed("exec", level, idx, lambda: backend.exec(box, plan.command), plan.command)
+                timed("exec", level, idx, lambda: backend.exec(box, plan.command), plan.command,
+                      think=plan.think)  # fmt: skip
             # file transfers are timed at the first level only: the model has no such operation,
             # so under load they would only inflate the contention of the others
             if plan.files and backend.supports_files and level == plan.levels[0] and not stop.is_set():
@@ -245,7 +251,7 @@ def read_records(paths: list[Path]) -> list[dict]:
     from ..errors import InputError, read_text
 
     out = []
-    required = {f for f in ProbeRecord.__dataclass_fields__ if f not in ("command", "bytes")}
+    required = {f for f in ProbeRecord.__dataclass_fields__ if f not in ("command", "bytes", "think")}
     for path in paths:
         for n, line in enumerate(read_text(path, "JSONL file of probe records").splitlines(), 1):
             if not line.strip():

@@ -158,3 +158,32 @@ def test_probe_modes(tmp_path, mode):
             r["start"] + r["latency"] for r in recs if r["sandbox"] < 3 and r["phase"] == "teardown"
         )
         assert creates[3] >= first_wave_end - 1e-3
+
+
+def test_think_time_spaces_each_sandboxs_commands_like_an_agents_turns(tmp_path):
+    out = tmp_path / "think.jsonl"
+    probe(get_backend("process"), ProbePlan(sandboxes=2, commands=3, levels=(2,), think=0.3), out)
+    recs = read_records([out])
+    execs = [r for r in recs if r["phase"] == "exec"]
+    assert len(execs) == 6 and {r["think"] for r in execs} == {0.3}
+    for box in (0, 1):
+        mine = sorted((r for r in recs if r["sandbox"] == box and r["phase"] in ("create", "exec")),
+                      key=lambda r: r["start"])  # fmt: skip
+        # each command starts at least the think time after the operation before it ended
+        assert all(b["start"] - (a["start"] + a["latency"]) >= 0.29 for a, b in zip(mine, mine[1:]))
+    # records written before the field existed still read
+    old = tmp_path / "old.jsonl"
+    old.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "think"}) + "\n" for r in recs))
+    assert len(read_records([old])) == len(recs)
+
+
+def test_probe_refuses_a_negative_think_time(tmp_path):
+    from tests.conftest import cli
+
+    res = cli("probe", "process", "-o", tmp_path / "p.jsonl", "--think", "-1")
+    assert (
+        res.returncode == 2
+        and "--think: expected seconds >= 0" in res.stderr
+        and "Traceback" not in res.stderr
+    )
+    assert not (tmp_path / "p.jsonl").exists()
