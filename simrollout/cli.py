@@ -604,7 +604,7 @@ def validate(
         False,
         "--held-out",
         help="The held-out workload: another tool mix, an LLM wait, staggered "
-        "arrivals, levels 14 and 28 (overrides --concurrency and the tool options).",
+        "arrivals, levels 18 and 36 (overrides --concurrency and the tool options).",
     ),  # fmt: skip
     image: str = typer.Option("simrollout-busybox:local", help="Image."),
     seed: int = typer.Option(0, help="Seed of the drawn command durations."),
