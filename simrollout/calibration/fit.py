@@ -275,8 +275,10 @@ MIN_LEVELS = 4  # load levels above 1 that a contention curve needs
 MIN_PER_LEVEL = 30  # successful samples per level
 
 
-def coverage(per_level: dict[int, dict]) -> dict:
-    """Is a phase's contention curve under-sampled, and what to probe next."""
+def coverage(per_level: dict[int, dict], paced: bool = False) -> dict:
+    """Is a phase's contention curve under-sampled, and what to probe next. ``paced``: the probe
+    spaced each sandbox's commands by a think time, so a level is not meant to fill (its curve is
+    read per operation, at the count each one met)."""
     loaded = {c: lv for c, lv in per_level.items() if lv["in_flight"] > 1.0}
     advice = []
     if len(loaded) < MIN_LEVELS:
@@ -286,7 +288,7 @@ def coverage(per_level: dict[int, dict]) -> dict:
     if thin:
         advice.append(f"fewer than {MIN_PER_LEVEL} samples at concurrency {thin}: probe more sandboxes "
                       "or commands per level")  # fmt: skip
-    short = [c for c, lv in loaded.items() if lv["in_flight"] < 0.5 * c]
+    short = [] if paced else [c for c, lv in loaded.items() if lv["in_flight"] < 0.5 * c]
     if short:
         advice.append(f"concurrency {short} never filled (mean in flight under half the level): "
                       "use more sandboxes per level or --mode burst")  # fmt: skip
@@ -330,6 +332,7 @@ def calibrate(
         raise InputError(f"contention points: expected per-operation or per-level, got '{points}'.")
     by_phase = _check(records)
     pulls = by_phase.pop("pull", [])
+    paced = any(r.get("think") for r in records)  # ``probe --think``: commands spaced like turns
     load = dict(zip((id(r) for r in records), in_flight(records)))
     weights = weights and points == "per-operation"
     by_count = {ph: in_flight(records, ph) for ph in PHASES} if weights else {}
@@ -381,7 +384,7 @@ def calibrate(
             "contention_slope": slope,
             "contention_law": Curve(curve).describe() if curve else None,
             "contention_weights": fitted_weights.get(phase),
-            "coverage": coverage(per_level) if phase in PHASE_FIELD else None,
+            "coverage": coverage(per_level, paced) if phase in PHASE_FIELD else None,
         }
         plots[phase] = (base, fit["dist"], fit["selected"])
         if phase == "reset":
@@ -424,6 +427,7 @@ def calibrate(
             "probe_files": sorted({Path(r["_file"]).name for r in records}),
             "runs": sorted({r["run_id"] for r in records}),
             "samples": {p: len(rs) for p, rs in by_phase.items()} | ({"pull": len(pulls)} if pulls else {}),
+            **({"think_s": sorted({r["think"] for r in records if r.get("think")})} if paced else {}),
             **(
                 {"image_cache": f"pull_mb_s from {len(pulls)} task image loads; cache_gb given, not measured"}
                 if rate

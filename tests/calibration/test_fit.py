@@ -184,6 +184,17 @@ def test_calibrate_says_when_a_curve_is_under_sampled_and_what_to_probe(tmp_path
     assert dense["fits"]["create"]["contention_law"]["exponent"] > 0
 
 
+def test_a_level_left_unfilled_is_advice_unless_the_probe_paced_its_commands():
+    from simrollout.calibration.fit import coverage
+
+    # levels 3..48 with 40% of the level in flight on average
+    per_level = {c: {"n": 40, "failures": 0, "in_flight": max(1.0, 0.4 * c)} for c in (1, 3, 6, 12, 24, 48)}
+    assert any("never filled" in a for a in coverage(per_level)["advice"])
+    # a probe with a think time before each command (probe --think) is not meant to fill a level
+    paced = coverage(per_level, paced=True)
+    assert not any("never filled" in a for a in paced["advice"]) and not paced["under_sampled"]
+
+
 def test_a_calibrated_curve_predicts_unmeasured_levels_of_a_known_law(tmp_path):
     # probes from operations slowed by a known saturation law; the fitted curve at 12 and 48
     # in flight (never probed) is within 10% of the law
