@@ -195,10 +195,11 @@ def compare(real: pd.DataFrame, scn: Scenario, draws: int = 30) -> pd.DataFrame:
     out = []
     if "run" not in real:  # one real run
         real = real.assign(run=0)
+    # each level's real runs, their first wave marked once for every metric
+    real_runs = {level: [_waved(r, level) for _, r in real[real.concurrency == level].groupby("run")]
+                 for level in {lv for lv, _ in per}}  # fmt: skip
     for (level, m), values in per.items():
-        by_run = [
-            float(METRICS[m](_waved(r, level))) for _, r in real[real.concurrency == level].groupby("run")
-        ]
+        by_run = [float(METRICS[m](r)) for r in real_runs[level]]
         a = float(np.median(by_run))
         b = float(np.mean(values))
         lo, hi = (float(x) for x in np.percentile(values, [2.5, 97.5]))
