@@ -533,6 +533,13 @@ def calibrate(
         help="Per-operation points: weigh each other phase's operations in a phase's load by how "
         "much they slow it (fitted), instead of counting every operation in flight as one.",
     ),
+    contention_shared: bool = typer.Option(
+        True,
+        "--contention-shared/--contention-at-start",
+        help="Per-operation points: creates and teardowns share the host (curves read on the load "
+        "over each operation's life, contention.shared), or every operation takes the multiplier "
+        "at its start (profiles before 2026-12-02).",
+    ),
 ) -> None:
     """Fit latency distributions to probe records and write a substrate profile (or, from
     ``probe openai`` records, an engine profile)."""
@@ -569,7 +576,9 @@ def calibrate(
         )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        profile, plots = fit(records, name, criterion, image_cache_gb, contention_points, contention_weights)
+        profile, plots = fit(
+            records, name, criterion, image_cache_gb, contention_points, contention_weights, contention_shared
+        )
     for w in caught:
         err.print(f"warning: {w.message}")
     write_profile(profile, out)
@@ -588,6 +597,10 @@ def calibrate(
         if cov and cov["under_sampled"]:
             for advice in cov["advice"]:
                 err.print(f"{phase:9s} under-sampled: {advice}")
+    if profile["substrate"]["contention"].get("shared"):
+        typer.echo(
+            "creates and teardowns share the host: their curves read the load over each operation's life."
+        )
     typer.echo(f"wrote {out} and {png}")
 
 

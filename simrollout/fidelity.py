@@ -74,7 +74,7 @@ class Row:
 
     policy: str  # async | sync | poisson
     load: str  # none | host | tier | both
-    extra: str = ""  # "", warm_pool, failures, timeouts, images, prefetch, reuse, clients, tokens
+    extra: str = ""  # "", warm_pool, failures, timeouts, images, prefetch, reuse, clients, tokens, ...
     scenario: dict = field(default_factory=dict)
 
     @property
@@ -163,6 +163,8 @@ def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
     elif row.extra == "weights":  # operations weighed by phase: in a create's load an exec counts 0.25
         weights = {"create": {"exec": 0.25, "teardown": 0.5}, "exec": {"create": 2.0}}
         sub["contention"] = {**sub["contention"], "weights": weights}
+    elif row.extra == "shared":  # creates and teardowns share the host (contention.shared)
+        sub["contention"] = {**sub["contention"], "shared": True}
     elif row.extra == "failures":
         sub["failures"] = {"create": 0.05, "exec": 0.002, "teardown": 0.01}
         pol.update(retries=2, retry_backoff=1.0)
@@ -175,12 +177,14 @@ def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
 def matrix() -> list[Row]:
     """Every policy under every load, and warm pool, failures, timeouts, task images (with and
     without a prefetching pool), sandbox reuse and client-scoped contention under both extremes;
-    serving engines; host contention with operations weighed by phase."""
+    serving engines; host contention with operations weighed by phase, and with creates and
+    teardowns sharing the host."""
     rows = [Row(p, ld) for p in ("async", "sync", "poisson") for ld in LOADS]
     extras = ("warm_pool", "failures", "timeouts", "images", "prefetch", "reuse", "clients")
     rows += [Row(p, ld, x) for x in extras for p in ("async", "sync") for ld in ("none", "both")]
     rows += [Row(p, ld, "tokens") for p in ("async", "sync", "poisson") for ld in ("none", "tier", "both")]
     rows += [Row(p, "host", "weights") for p in ("async", "sync", "poisson")]
+    rows += [Row(p, ld, "shared") for p in ("async", "sync", "poisson") for ld in ("host", "both")]
     return rows
 
 

@@ -160,6 +160,12 @@ class Contention(_Model):
     # how much one operation of another phase in flight counts towards a phase's load, relative
     # to one of its own (a create slows creates more than an exec does); missing weights are 1
     weights: dict[Phase, dict[Phase, NonNegativeFloat]] | None = None
+    # how creates and teardowns feel the load: false, each takes base x m(n at its start); true,
+    # they share the domain (processor sharing): each progresses at 1 / m(n now), re-read whenever
+    # an operation there starts or ends, so a create that a burst overtakes slows down and one
+    # left alone speeds up (execs keep the multiplier at their start). ``calibrate`` fits such
+    # curves on the load averaged over each operation's life.
+    shared: bool = False
 
     @model_validator(mode="after")
     def _others_only(self):

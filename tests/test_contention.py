@@ -130,8 +130,91 @@ def test_calibrate_recovers_operation_weights_and_keeps_none_where_all_count_one
         recs = simulate_probe(true, levels=(1, 2, 4, 8, 16, 32), sandboxes=64, commands=5, seed=3)
         for k, r in enumerate(recs):
             r["_file"], r["_line"] = "s", k
-        return calibrate(recs, "t")[0]["substrate"]["contention"].get("weights")
+        return calibrate(recs, "t", shared=False)[0]["substrate"]["contention"].get("weights")
 
     got = fitted({"create": {"exec": 0.25, "teardown": 0.25}})
     assert got is not None and got["create"]["exec"] == pytest.approx(0.25, abs=0.25)
     assert fitted(None) is None  # every operation counts one: no weights
+
+
+# ---------------------------------------------------------------- creates and teardowns shared
+def _shared_fleet(**contention):
+    import simpy
+
+    from simrollout.scenario import Substrate
+    from simrollout.sim.fleet import Fleet
+
+    sub = Substrate(name="d", cold_start=1.0, exec_overhead=0.1, teardown=1.0, contention=contention)
+    env = simpy.Environment()
+    return env, Fleet(env, sub, np.random.default_rng(0))
+
+
+def _timed(env, fleet, phase, at, base, out, key):
+    yield env.timeout(at)
+    t0 = env.now
+    yield from fleet.op(0, base, phase)
+    out[key] = (t0, env.now)
+
+
+@pytest.mark.parametrize("shared, a_end, b_end", [(False, 1.0, 2.5), (True, 1.5, 2.0)])
+def test_shared_creates_slow_down_when_others_join_and_speed_up_when_they_leave(shared, a_end, b_end):
+    # m(n) = n. A starts alone at 0, B at 0.5. At its start A takes 1 s; shared, A runs alone at
+    # full rate for 0.5 s, then both at half rate: A ends at 1.5 s, B (0.5 done) alone again at 2.0
+    env, fleet = _shared_fleet(create=1.0, teardown=1.0, shared=shared)
+    out: dict = {}
+    env.process(_timed(env, fleet, "create", 0.0, 1.0, out, "a"))
+    env.process(_timed(env, fleet, "teardown", 0.5, 1.0, out, "b"))
+    env.run()
+    assert out["a"][1] == pytest.approx(a_end) and out["b"][1] == pytest.approx(b_end)
+    assert fleet.ops == [0] and all(v == [0] for v in fleet.by_phase.values())
+
+
+def test_a_shared_create_feels_execs_and_expected_execs_come_and_go():
+    env, fleet = _shared_fleet(create=1.0, shared=True)
+    out: dict = {}
+    env.process(_timed(env, fleet, "create", 0.0, 1.0, out, "a"))
+
+    def execs():
+        yield env.timeout(0.25)
+        fleet.begin(0, "exec")  # two in flight: half rate from 0.25 to 0.75
+        yield env.timeout(0.5)
+        fleet.end(0, "exec")
+        fleet.add_exec_load(0, 3.0)  # a trajectory engine's bodies: four in all, a quarter rate
+        yield env.timeout(0.4)
+        fleet.add_exec_load(0, -3.0)
+
+    env.process(execs())
+    env.run()
+    # 0.25 done by 0.25, 0.25 more by 0.75, 0.1 by 1.15, the last 0.4 alone: ends at 1.55
+    assert out["a"][1] == pytest.approx(1.55)
+    assert fleet.exec_load == [0.0]
+
+
+def test_shared_and_at_start_agree_when_operations_never_overlap():
+    ends = []
+    for shared in (False, True):
+        env, fleet = _shared_fleet(create=2.0, teardown=2.0, shared=shared)
+        out: dict = {}
+        for k in range(4):
+            env.process(_timed(env, fleet, "create" if k % 2 else "teardown", 2.0 * k, 1.5, out, k))
+        env.run()
+        ends.append([out[k][1] for k in range(4)])
+    assert ends[0] == pytest.approx([1.5, 3.5, 5.5, 7.5]) and ends[1] == pytest.approx(ends[0])
+
+
+def test_calibrate_reads_shared_phases_over_each_operations_life():
+    from simrollout.calibration.fit import in_flight
+
+    # two creates: one 0-2 s, one 1-2 s; an exec 0-1 s. At its start the first saw itself and
+    # the exec (2); over its life: itself 2 s, the exec 1 s, the second create 1 s -> 4 / 2 = 2.
+    # The second saw itself and the first at its start (2), and both all its life (2).
+    recs = [
+        {"run_id": "r", "concurrency": 2, "phase": "create", "start": 0.0, "latency": 2.0},
+        {"run_id": "r", "concurrency": 2, "phase": "exec", "start": 0.0, "latency": 1.0},
+        {"run_id": "r", "concurrency": 2, "phase": "create", "start": 1.0, "latency": 1.0},
+    ]
+    assert in_flight(recs).tolist() == [2.0, 2.0, 2.0]
+    assert in_flight(recs, over_life=True).tolist() == [2.0, 2.0, 2.0]
+    recs[1]["latency"] = 0.5  # the exec leaves at 0.5: the first create felt 3.5 / 2
+    assert in_flight(recs, over_life=True).tolist() == [1.75, 2.0, 2.0]
+    assert in_flight(recs, "create", over_life=True).tolist() == [1.5, 1.0, 2.0]

@@ -171,20 +171,33 @@ def _check(records: list[dict]) -> dict[str, dict]:
     return by_phase
 
 
-def in_flight(records: list[dict], phase: str | None = None) -> np.ndarray:
+def in_flight(records: list[dict], phase: str | None = None, over_life: bool = False) -> np.ndarray:
     """Operations in flight (of ``phase``, or any phase; same run and level) at each record's
-    start, the record itself included when it counts."""
+    start, the record itself included when it counts; ``over_life``: averaged over the record's
+    own life instead (what an operation that shares its host felt)."""
     out = np.zeros(len(records))
     groups: dict[tuple, list[int]] = {}
     for k, r in enumerate(records):
         groups.setdefault((r["run_id"], r["concurrency"]), []).append(k)
     for idx in groups.values():
         s = np.array([records[k]["start"] for k in idx])
-        mine = [k for k in idx if phase is None or records[k]["phase"] == phase]
-        s_mine = np.sort([records[k]["start"] for k in mine])
-        e_mine = np.sort([records[k]["start"] + records[k]["latency"] for k in mine])
-        out[idx] = np.searchsorted(s_mine, s, side="right") - np.searchsorted(e_mine, s, side="right")
+        e = s + np.array([records[k]["latency"] for k in idx])
+        mine = np.array([phase is None or records[k]["phase"] == phase for k in idx])
+        s_mine, e_mine = np.sort(s[mine]), np.sort(e[mine])
+        at = np.searchsorted(s_mine, s, side="right") - np.searchsorted(e_mine, s, side="right") + 0.0
+        if over_life:
+            for lo in range(0, len(idx), 512):  # overlap of each record with each counted one
+                a, b = s[lo : lo + 512, None], e[lo : lo + 512, None]
+                shared = np.clip(np.minimum(b, e[mine]) - np.maximum(a, s[mine]), 0.0, None).sum(axis=1)
+                life = (b - a)[:, 0]
+                part = at[lo : lo + 512]
+                felt = np.where(life > 0, shared / np.where(life > 0, life, 1.0), part)
+                at[lo : lo + 512] = np.round(felt, 6)  # equal loads compare equal despite rounding
+        out[idx] = at
     return out
+
+
+SHARED = ("create", "teardown")  # phases that share their host in a profile with contention.shared
 
 
 WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)  # candidate weights of another phase
@@ -321,26 +334,39 @@ def calibrate(
     image_cache_gb: float = 100.0,
     points: str = "per-operation",
     weights: bool = True,
+    shared: bool = True,
 ) -> tuple[dict, dict]:
     """Records -> (profile mapping, per-phase fits with their samples, for plots). Pull records
     give ``image_cache.pull_mb_s`` (its ``cache_gb`` is ``image_cache_gb``, not measured); reset
     records give ``reset``. ``points``: contention points per operation (:func:`curve_by_load`)
     or ``per-level`` (a level's mean count against its median: how profiles before it were made).
     ``weights``: with per-operation points, weigh other phases' operations in each phase's load
-    (:func:`operation_weights`), else every operation in flight counts one."""
+    (:func:`operation_weights`), else every operation in flight counts one. ``shared``: creates
+    and teardowns share their host (``contention.shared``), their curves read on the load averaged
+    over each operation's life; else every curve reads the load at the operation's start."""
     if points not in ("per-operation", "per-level"):
         raise InputError(f"contention points: expected per-operation or per-level, got '{points}'.")
     by_phase = _check(records)
     pulls = by_phase.pop("pull", [])
     paced = any(r.get("think") for r in records)  # ``probe --think``: commands spaced like turns
+    shared = shared and points == "per-operation"
     load = dict(zip((id(r) for r in records), in_flight(records)))
+    life = dict(zip((id(r) for r in records), in_flight(records, over_life=True))) if shared else load
     weights = weights and points == "per-operation"
     by_count = {ph: in_flight(records, ph) for ph in PHASES} if weights else {}
+    refilled: dict[tuple, float] = {}  # per run and level: the last create's start (then it drains)
+    for r in records:
+        if r["phase"] == "create":
+            key = (r["run_id"], r["concurrency"])
+            refilled[key] = max(refilled.get(key, -np.inf), r["start"])
     row = {id(r): k for k, r in enumerate(records)} if weights else {}
     fitted_weights: dict[str, dict[str, float]] = {}
     substrate: dict = {"failures": {}, "contention": {}}
     fits_out, plots = {}, {}
     for phase, rs in by_phase.items():
+        # a shared phase's curve is read on the load it felt over its life, as the model applies it
+        sharing = shared and phase in SHARED
+        felt = life if sharing else load
         levels = sorted({r["concurrency"] for r in rs})
         base = np.array([r["latency"] for r in rs if r["ok"] and r["concurrency"] == levels[0]])
         if len(base) < MIN_SAMPLES:
@@ -359,7 +385,7 @@ def calibrate(
             per_level[int(c)] = {
                 "n": len(at),
                 "failures": len(at) - len(lat),
-                "in_flight": round(float(np.mean([load[id(r)] for r in at])), 3),
+                "in_flight": round(float(np.mean([felt[id(r)] for r in at])), 3),
                 "median": float(np.median(lat)) if len(lat) else None,
                 "p99": float(np.quantile(lat, 0.99)) if len(lat) else None,
             }
@@ -368,9 +394,17 @@ def calibrate(
             curve = _curve_per_level(per_level, m0)
         elif len(levels) > 1:
             ok = [r for r in rs if r["ok"]]
-            n = np.array([load[id(r)] for r in ok])
+            if sharing:  # left out: a level's drain, where an operation still in flight is a long one
+                ok = [
+                    r
+                    for r in ok
+                    if r["start"] + r["latency"] <= refilled.get((r["run_id"], r["concurrency"]), np.inf)
+                ]
+            n = np.array([felt[id(r)] for r in ok])
             w = None
-            if weights and phase in PHASES:
+            # weights only at the start: on the load over an operation's life they fit a known
+            # unweighted model's noise (tests/calibration/test_fit.py)
+            if weights and phase in PHASES and not sharing:
                 at = [row[id(r)] for r in ok]
                 counts = {q: by_count[q][at] for q in PHASES}
                 w = operation_weights(phase, np.array([r["latency"] for r in ok]), counts)
@@ -401,6 +435,8 @@ def calibrate(
             substrate["contention"][phase] = curve or 0.0
     if fitted_weights:
         substrate["contention"]["weights"] = {ph: dict(w) for ph, w in fitted_weights.items()}
+    if shared and any(isinstance(substrate["contention"].get(ph), dict) for ph in SHARED):
+        substrate["contention"]["shared"] = True
     if records[0]["backend"] not in LOCAL and substrate["contention"]:
         # one probing client measured what its own operations in flight do; across many rollout
         # clients of a hosted service that curve applies per client, not to the whole service
@@ -415,6 +451,10 @@ def calibrate(
         "provenance": {
             "method": f"probe fit, selected by {criterion.upper()}",
             "contention_points": points,
+            "contention_reading": "creates and teardowns share the host (curves on the load over each "
+            "operation's life); execs at their start"
+            if shared
+            else "every operation at its start",
             "contention_weights": "by phase, chosen by two-fold held-out error of the operations"
             if fitted_weights
             else "none: every operation in flight counts one",

@@ -2,7 +2,9 @@
 
 Lifecycle operations (create, exec overhead, teardown) on a host take ``base x m(n)``, ``n`` the
 operations in flight on that host (itself included; with operation weights in the profile, each
-other phase's operations count at their weight) and ``m`` the phase's contention curve.
+other phase's operations count at their weight) and ``m`` the phase's contention curve. With
+``contention.shared`` creates and teardowns share the host instead: each progresses at
+``1 / m(n)`` of its base per second, ``n`` re-read whenever an operation there starts or ends.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class Fleet:
         # expected exec operations in flight per host from running bodies (trajectory fidelity):
         # each body adds the share of its current segment spent in exec overhead
         self.exec_load = [0.0] * domains
+        self.shared = sub.contention.shared  # creates and teardowns share their domain
+        self._sharing: dict[int, _Sharing] = {}  # per domain: its shared operations in flight
         self._next_token = 0.0
         self.factor = {ph: sub.contention.factor(ph) for ph in ("create", "exec", "teardown")}
         self.fail = {ph: sub.failures.rate(ph) for ph in ("create", "exec", "teardown")}
@@ -89,20 +93,79 @@ class Fleet:
 
     def begin(self, d: int, phase: str) -> None:
         """An operation of ``phase`` starts in domain ``d``."""
+        sh = self._sharing.get(d) if self.shared else None
+        if sh:
+            sh.advance(self.env.now)
         self.ops[d] += 1
         self.by_phase[phase][d] += 1
+        if sh:
+            self._reshare(d, sh)
 
     def end(self, d: int, phase: str) -> None:
+        sh = self._sharing.get(d) if self.shared else None
+        if sh:
+            sh.advance(self.env.now)
         self.ops[d] -= 1
         self.by_phase[phase][d] -= 1
+        if sh:
+            self._reshare(d, sh)
+
+    def add_exec_load(self, d: int, amount: float) -> None:
+        """Running bodies' expected execs in flight in domain ``d`` change by ``amount``."""
+        sh = self._sharing.get(d) if self.shared else None
+        if sh:
+            sh.advance(self.env.now)
+        self.exec_load[d] += amount
+        if sh:
+            self._reshare(d, sh)
 
     def op(self, d: int, base: float, phase: str):
         """Run one lifecycle operation of ``phase`` in domain ``d``; returns its latency."""
+        if self.shared and phase != "exec":
+            return (yield from self._shared_op(d, base, phase))
         self.begin(d, phase)
         latency = base * self.factor[phase](self.load(d, phase))
         yield self.env.timeout(latency)
         self.end(d, phase)
         return latency
+
+    def _shared_op(self, d: int, base: float, phase: str):
+        """An operation that shares domain ``d``: done once its progress at ``1 / m(load now)``
+        reaches ``base``."""
+        t0 = self.env.now
+        sh = self._sharing.get(d)
+        if sh is None:
+            sh = self._sharing[d] = _Sharing(t0)
+        self.begin(d, phase)  # advances and re-reads the others
+        done = self.env.event()
+        sh.ops.append([phase, base, 1.0, done])
+        self._reshare(d, sh)
+        yield done
+        return self.env.now - t0
+
+    def _reshare(self, d: int, sh: _Sharing) -> None:
+        """Re-read every shared operation's rate at the load now; wake at the next to finish."""
+        if not sh.ops:
+            return
+        for op in sh.ops:
+            op[2] = 1.0 / self.factor[op[0]](self.load(d, op[0]))
+        sh.gen += 1
+        gen = sh.gen
+        wake = self.env.timeout(min(max(op[1], 0.0) / op[2] for op in sh.ops))
+        wake.callbacks.append(lambda _, d=d, sh=sh, gen=gen: self._finish_shared(d, sh, gen))
+
+    def _finish_shared(self, d: int, sh: _Sharing, gen: int) -> None:
+        if gen != sh.gen:  # the load changed since this wake was set
+            return
+        sh.advance(self.env.now)
+        done = [op for op in sh.ops if op[1] <= 1e-9] or [min(sh.ops, key=lambda o: o[1] / o[2])]
+        for op in done:
+            sh.ops.remove(op)
+            self.ops[d] -= 1
+            self.by_phase[op[0]][d] -= 1
+        self._reshare(d, sh)
+        for op in done:
+            op[3].succeed()
 
     # ------------------------------------------------------------ sandboxes
     def _rate_delay(self) -> float:
@@ -239,3 +302,20 @@ class Fleet:
         for _host, created, ready in self.pool.items:
             self.pool_idle_seconds += now - ready
             self.pool_sandbox_seconds += now - created
+
+
+class _Sharing:
+    """The shared operations in flight in one domain: ``[phase, base seconds left, rate, done]``."""
+
+    def __init__(self, now: float):
+        self.ops: list[list] = []
+        self.last = now
+        self.gen = 0
+
+    def advance(self, now: float) -> None:
+        """Progress every operation at its rate since the last change."""
+        dt = now - self.last
+        if dt > 0:
+            for op in self.ops:
+                op[1] -= dt * op[2]
+        self.last = now

@@ -516,7 +516,7 @@ class Cell:
         if steady is not None:  # one wait; the start of the drain cuts it short
             d, x_l, rate, c_g, c_e = steady
             self._gen_load += c_g
-            fleet.exec_load[host] += c_e
+            fleet.add_exec_load(host, c_e)
             self._long[i] = env.active_process
             try:
                 yield env.timeout(d)
@@ -527,7 +527,7 @@ class Cell:
             finally:
                 self._long.pop(i, None)
                 self._gen_load -= c_g
-                fleet.exec_load[host] -= c_e
+                fleet.add_exec_load(host, -c_e)
             done = min(max(spent - setup, 0.0) / rate, units) if rate > 0 else units
             start = (done, per[0] * x_l * done, spent)
             setup, reward = max(setup - spent, 0.0), min(reward, d - spent)
@@ -610,7 +610,7 @@ class Cell:
             t_seg = env.now
             c_g, c_e = (g0 * x_l / d, o0 * x_e / d) if d > 0 else (0.0, 0.0)
             self._gen_load += c_g
-            fleet.exec_load[host] += c_e
+            fleet.add_exec_load(host, c_e)
             try:
                 if long and du > seg:  # a long wait: the start of the drain cuts it short
                     self._long[i] = env.active_process
@@ -626,7 +626,7 @@ class Cell:
                     yield env.timeout(d)
             finally:
                 self._gen_load -= c_g
-                fleet.exec_load[host] -= c_e
+                fleet.add_exec_load(host, -c_e)
             g_all += g0 * x_l
             work_time += d
             done += du

@@ -68,19 +68,22 @@ def test_bimodal_data_selects_the_mixture():
     assert abs(f["quantile_rel_error"]["p90"]) < 0.05
 
 
-def test_contention_slope_and_failure_rate_are_recovered():
+@pytest.mark.parametrize("shared", [False, True])
+def test_contention_slope_and_failure_rate_are_recovered(shared):
     # a probe run on a known model: create latency x (1 + 0.05 (n - 1)), n = operations in flight
-    # at its start (the model's definition), 10% of creates fail
+    # at its start, or (shared) each create progressing at 1 / (1 + 0.05 (n - 1)) with n re-read
+    # as operations come and go; 10% of creates fail
     from simrollout.calibration.synthetic import simulate_probe
     from simrollout.scenario import Substrate
 
     true = Substrate(name="t", cold_start={"kind": "lognormal", "median": 0.15, "p99": 0.4},
                      exec_overhead={"kind": "lognormal", "median": 0.15, "p99": 0.4}, teardown=0.15,
-                     contention={"create": 0.05}, failures={"create": 0.1})  # fmt: skip
+                     contention={"create": 0.05, "shared": shared}, failures={"create": 0.1})  # fmt: skip
     recs = simulate_probe(true, levels=(1, 8, 32), sandboxes=400, commands=1, seed=2)
     for k, r in enumerate(recs):
         r["_file"], r["_line"] = "s", k
-    prof, _ = calibrate(recs, "syn")
+    prof, _ = calibrate(recs, "syn", shared=shared)
+    assert prof["substrate"]["contention"].get("shared", False) is shared
     curve = prof["substrate"]["contention"]["create"]
     assert len(curve) >= 2 and max(curve) >= 16
     for n_in_flight, mult in curve.items():
@@ -196,8 +199,9 @@ def test_a_level_left_unfilled_is_advice_unless_the_probe_paced_its_commands():
 
 
 def test_a_calibrated_curve_predicts_unmeasured_levels_of_a_known_law(tmp_path):
-    # probes from operations slowed by a known saturation law; the fitted curve at 12 and 48
-    # in flight (never probed) is within 10% of the law
+    # probes from operations slowed by a known saturation law, each at its level's multiplier from
+    # its start (the at-start reading); the fitted curve at 12 and 48 in flight (never probed) is
+    # within 10% of the law
     from simrollout.contention import law
 
     truth = (3.0, 1.0, 3.0)
@@ -216,7 +220,7 @@ def test_a_calibrated_curve_predicts_unmeasured_levels_of_a_known_law(tmp_path):
                 lines.append({**lines[-1], "phase": ph, "latency": 0.05, "start": start + 1e9})
     p = tmp_path / "law.jsonl"
     p.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    prof = calibrate(read_records([p]), "law")[0]
+    prof = calibrate(read_records([p]), "law", shared=False)[0]
     from simrollout.scenario import slowdown
 
     f = slowdown(prof["substrate"]["contention"]["create"])

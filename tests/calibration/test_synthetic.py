@@ -1,5 +1,5 @@
 """Calibration at best: a probe run on a known model (the shipped docker-local substrate, its
-measured contention curves), calibrated, predicts a workload the probe never ran (Poisson
+measured contention curves, read at each operation's start or shared), calibrated, predicts a workload the probe never ran (Poisson
 arrivals, an LLM wait and a tool mix, at levels between the probe's) within the targets."""
 
 import pytest
@@ -25,15 +25,19 @@ def rollout(sub: dict, c: int):
     return run_scenario(scenario_from_dict(d), jobs=1).summary.iloc[0]
 
 
-@pytest.fixture(scope="module", params=["shipped", "weighted"])
+@pytest.fixture(scope="module", params=["shipped", "weighted", "shared"])
 def fitted(request):
     true = yaml.safe_load((ROOT / "calibration/profiles/docker-local.yaml").read_text())["substrate"]
     if request.param == "weighted":  # as the Docker probes read: an exec slows a create a quarter as much
         true["contention"]["weights"] = {"create": {"exec": 0.25, "teardown": 0.25}}
+    # shared: creates and teardowns share the host (the default reading of calibrate); the others
+    # take their multiplier at their start, and are calibrated on that reading
+    shared = request.param == "shared"
+    true["contention"]["shared"] = shared
     recs = simulate_probe(Substrate.model_validate({"name": "true", **true}), seed=1)  # the default levels
     for k, r in enumerate(recs):
         r["_file"], r["_line"] = "synthetic.jsonl", k
-    return true, calibrate(recs, "fitted")[0]["substrate"]
+    return true, calibrate(recs, "fitted", shared=shared)[0]["substrate"]
 
 
 @pytest.mark.parametrize("c", [12, 48])
