@@ -617,7 +617,7 @@ def validate(
         False,
         "--held-out",
         help="The held-out workload: another tool mix, an LLM wait, staggered "
-        "arrivals, levels 18 and 36 (overrides --concurrency and the tool options).",
+        "arrivals, levels 16 and 44 (overrides --concurrency and the tool options).",
     ),  # fmt: skip
     image: str = typer.Option("simrollout-busybox:local", help="Image."),
     seed: int = typer.Option(0, help="Seed of the drawn command durations."),

@@ -59,10 +59,10 @@ TARGETS = {"infra_per_trajectory": 10, "makespan": 10, "duration_p50": 10, "dura
            "cold_start_p50": 20}  # fmt: skip
 # (the workloads held out before it, since used to choose between models: validation/README.md)
 HELD_OUT = {
-    "levels": [18, 36],
-    "tool": {"kind": "lognormal", "median": 0.3, "p99": 2.0},
-    "llm": {"kind": "lognormal", "median": 1.5, "p99": 4.0},
-    "arrival_rate": 5.0,
+    "levels": [16, 44],
+    "tool": {"kind": "lognormal", "median": 0.15, "p99": 1.2},
+    "llm": {"kind": "lognormal", "median": 0.8, "p99": 2.5},
+    "arrival_rate": 7.0,
 }
 
 
