@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from .calibration.probe import PROBE_LEVELS
-from .errors import InputError
+from .errors import InputError, SubstrateError
 from .outputs import atomic_file, atomic_folder
 
 app = typer.Typer(
@@ -418,6 +418,8 @@ def probe(
 
     try:
         run_id = run_probe(be, plan, out, on_record=seen, on_sweep=swept)
+    except SubstrateError as exc:
+        raise SubstrateError(f"probe {backend}: {exc} ({sum(counts.values())} records {counts}.)") from None
     except (KeyboardInterrupt, Interrupted) as exc:
         err.print(f"interrupted; kept {sum(counts.values())} records in {out}; sandboxes removed")
         raise typer.Exit(getattr(exc, "code", 130)) from None
@@ -499,7 +501,13 @@ def cleanup(
             f"--older-than: expected a duration like 6h, 30m or 3600s, got '{older_than}'."
         ) from None
     be = get_backend(backend)
-    found, stale = sweep_stale(be, max_age, dry_run)
+    try:
+        found, stale = sweep_stale(be, max_age, dry_run)
+    except Exception as exc:  # the engine stopped answering mid-way
+        raise SubstrateError(
+            f"cleanup {backend}: the engine did not answer ({type(exc).__name__}: {exc}); what was "
+            "removed before it stopped is gone, the rest is left. Run the cleanup again once it answers."
+        ) from None
     gone = {s.id for s in stale}
     for s in found:
         alive = s.owner_alive()
@@ -879,11 +887,11 @@ def main() -> None:
         # everything was cleaned up on the way out (workers ended, partial output removed); skip
         # the interpreter's exit hooks, which race with the process pool just torn down
         os._exit(exc.code)
-    except InputError as exc:
+    except (InputError, SubstrateError) as exc:
         from rich.markup import escape
 
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        sys.exit(2 if isinstance(exc, InputError) else 1)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,11 @@ class InputError(Exception):
     """Bad user input; the CLI prints the message and exits with code 2."""
 
 
+class SubstrateError(Exception):
+    """A real substrate stopped answering (what was measured is kept); the CLI prints the message
+    and exits with code 1."""
+
+
 MAX_BYTES = 5_000_000  # a scenario, profile or spec is a few kB; refuse what cannot be one
 
 

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..errors import SubstrateError
 from .backends import Backend
 
 PHASES = ("create", "exec", "upload", "download", "teardown", "reset", "pull")
@@ -235,6 +236,13 @@ def probe(
                 pass
         try:
             backend.sweep(run_id)
+        except Exception as exc:  # the engine stopped answering: say what is left, no traceback
+            raise SubstrateError(
+                f"the {getattr(backend, 'name', 'backend')} engine did not answer while removing this "
+                f"probe's sandboxes ({type(exc).__name__}: {exc}). The records measured so far are in "
+                f"{out}; sandboxes of run {run_id} may be left: remove them with `simrollout cleanup "
+                f"{getattr(backend, 'name', '')}` once the engine answers again."
+            ) from None
         finally:
             writer.close()
             if threading.current_thread() is threading.main_thread():

@@ -187,3 +187,49 @@ def test_probe_refuses_a_negative_think_time(tmp_path):
         and "Traceback" not in res.stderr
     )
     assert not (tmp_path / "p.jsonl").exists()
+
+
+class _Unanswering:
+    """The process backend, whose engine stops answering when the probe removes its sandboxes."""
+
+    def __init__(self):
+        self._be = get_backend("process")
+        self.name = "process"
+
+    def __getattr__(self, attr):
+        return getattr(self._be, attr)
+
+    def sweep(self, label):
+        raise TimeoutError("timed out")
+
+
+def test_an_engine_that_stops_answering_at_the_end_keeps_the_records_and_says_what_is_left(tmp_path):
+    from simrollout.errors import SubstrateError
+
+    out = tmp_path / "p.jsonl"
+    with pytest.raises(SubstrateError) as info:
+        probe(_Unanswering(), ProbePlan(sandboxes=2, commands=2, levels=(1,)), out)
+    msg = str(info.value)
+    assert "did not answer" in msg and "TimeoutError" in msg and "simrollout cleanup process" in msg
+    assert str(out) in msg
+    assert len(read_records([out])) >= 2 * (1 + 2 + 1)  # every lifecycle's records were kept
+
+
+def test_the_cli_prints_a_substrate_error_as_one_paragraph_and_exits_1(monkeypatch, capsys):
+    import simrollout.calibration.backends as backends
+    from simrollout import cli
+
+    class Dead:
+        name = "docker"
+
+        def owned(self):
+            raise TimeoutError("UnixHTTPConnectionPool: Read timed out. (read timeout=60)")
+
+    monkeypatch.setattr(backends, "get_backend", lambda name: Dead())
+    monkeypatch.setattr(sys, "argv", ["simrollout", "cleanup", "docker"])
+    with pytest.raises(SystemExit) as info:
+        cli.main()
+    err = capsys.readouterr().err
+    assert info.value.code == 1
+    assert "cleanup docker: the engine did not answer" in err and "Read timed out" in err
+    assert "Traceback" not in err
