@@ -63,17 +63,19 @@ def test_held_out_style_rollout_with_llm_waits_and_staggered_arrivals(docker_eng
 
 @pytest.mark.docker
 def test_a_small_probe_predicts_the_held_out_workload_within_the_targets(docker_engine, tmp_path):
-    # the README recipe at small size: probe 1..16 in flight, calibrate (operation weights
-    # included), then a workload held out in an earlier version (tool 0.2 / 1.0 s, LLM wait 1.0 /
-    # 3.0 s, 6 arrivals a second; the bounds below were measured on it) at 12 in flight, a level
-    # the probe never ran
+    # the README recipe at small size: a paced probe (1 s before each command) at 1..16 in
+    # flight, calibrate (creates and teardowns shared), then a workload held out in an earlier
+    # version (tool 0.2 / 1.0 s, LLM wait 1.0 / 3.0 s, 6 arrivals a second) at 12 in flight, a
+    # level the probe never ran
     from simrollout.calibration.validate import TARGETS
 
     be = get_backend("docker")
     probes = tmp_path / "probe.jsonl"
-    probe(be, ProbePlan(sandboxes=16, commands=5, levels=(1, 2, 4, 8, 16)), probes)
+    probe(be, ProbePlan(sandboxes=16, commands=5, levels=(1, 2, 4, 8, 16), think=1.0), probes)
     path = tmp_path / "p.yaml"
-    write_profile(calibrate(read_records([probes]), "p")[0], path)
+    profile = calibrate(read_records([probes]), "p")[0]
+    assert profile["substrate"]["contention"]["shared"] is True
+    write_profile(profile, path)
     tool, llm = (
         {"kind": "lognormal", "median": 0.2, "p99": 1.0},
         {"kind": "lognormal", "median": 1.0, "p99": 3.0},
@@ -84,13 +86,14 @@ def test_a_small_probe_predicts_the_held_out_workload_within_the_targets(docker_
     diff = compare(real, scn, draws=10).set_index("metric").diff_pct
     for metric in ("makespan", "duration_p50", "duration_p99"):
         assert abs(diff[metric]) <= TARGETS[metric], (metric, diff[metric])
-    # at this size the cold start p50 is the median of 32 creates against a curve from 16 probed
-    # sandboxes a level (seven runs here: -38%, -25%, -15%, -13%, -4%, +6%, +9%), and
-    # infrastructure time is 1.7-2.9 s a trajectory (-8% to +15%): both are bounded by that
-    # spread (a contention curve gone wrong is off by +100% or more), the targets by the
-    # recorded runs
+    # at this size the cold start p50 is the median of 32 creates against curves from 16 probed
+    # sandboxes a level, where a level of 16 runs one lifecycle per sandbox and so gives the
+    # shared curves no points (its creates all end in the level's drain). Three runs here:
+    # infrastructure -16%, cold start p50 -31% (the others in docs/calibration.md); both are
+    # bounded by that spread (a contention curve gone wrong is off by +100% or more), the
+    # targets by the recorded held-out runs (validation/README.md, which says they miss)
     assert abs(diff["cold_start_p50"]) <= 50, diff["cold_start_p50"]
-    assert abs(diff["infra_per_trajectory"]) <= 25, diff["infra_per_trajectory"]
+    assert abs(diff["infra_per_trajectory"]) <= 30, diff["infra_per_trajectory"]
 
 
 def _slower(profile, path, factor: float = 3.0):
