@@ -84,6 +84,7 @@ def test_contention_slope_and_failure_rate_are_recovered(shared):
         r["_file"], r["_line"] = "s", k
     prof, _ = calibrate(recs, "syn", shared=shared)
     assert prof["substrate"]["contention"].get("shared", False) is shared
+    assert ("share the host" in prof["provenance"]["contention_reading"]) is shared
     curve = prof["substrate"]["contention"]["create"]
     assert len(curve) >= 2 and max(curve) >= 16
     for n_in_flight, mult in curve.items():
