@@ -355,7 +355,7 @@ def calibrate(
     weights = weights and points == "per-operation"
     by_count = {ph: in_flight(records, ph) for ph in PHASES} if weights else {}
     refilled: dict[tuple, float] = {}  # per run and level: the last create's start (then it drains)
-    for r in records:
+    for r in records if shared else ():
         if r["phase"] == "create":
             key = (r["run_id"], r["concurrency"])
             refilled[key] = max(refilled.get(key, -np.inf), r["start"])

@@ -93,30 +93,26 @@ class Fleet:
 
     def begin(self, d: int, phase: str) -> None:
         """An operation of ``phase`` starts in domain ``d``."""
-        sh = self._sharing.get(d) if self.shared else None
-        if sh:
-            sh.advance(self.env.now)
-        self.ops[d] += 1
-        self.by_phase[phase][d] += 1
-        if sh:
-            self._reshare(d, sh)
+        self._change(d, phase, 1)
 
     def end(self, d: int, phase: str) -> None:
-        sh = self._sharing.get(d) if self.shared else None
-        if sh:
-            sh.advance(self.env.now)
-        self.ops[d] -= 1
-        self.by_phase[phase][d] -= 1
-        if sh:
-            self._reshare(d, sh)
+        self._change(d, phase, -1)
 
     def add_exec_load(self, d: int, amount: float) -> None:
         """Running bodies' expected execs in flight in domain ``d`` change by ``amount``."""
+        self._change(d, None, 0, amount)
+
+    def _change(self, d: int, phase: str | None, by: int, exec_by: float = 0.0) -> None:
+        """The load in domain ``d`` changes; operations sharing it progress up to now at their old
+        rates first and are re-read after."""
         sh = self._sharing.get(d) if self.shared else None
-        if sh:
+        if sh is not None:
             sh.advance(self.env.now)
-        self.exec_load[d] += amount
-        if sh:
+        if phase is not None:
+            self.ops[d] += by
+            self.by_phase[phase][d] += by
+        self.exec_load[d] += exec_by
+        if sh is not None:
             self._reshare(d, sh)
 
     def op(self, d: int, base: float, phase: str):
@@ -136,10 +132,10 @@ class Fleet:
         sh = self._sharing.get(d)
         if sh is None:
             sh = self._sharing[d] = _Sharing(t0)
-        self.begin(d, phase)  # advances and re-reads the others
+        sh.advance(t0)  # the others progress up to now before this one joins them
         done = self.env.event()
         sh.ops.append([phase, base, 1.0, done])
-        self._reshare(d, sh)
+        self.begin(d, phase)  # counts it and re-reads every rate, its own included
         yield done
         return self.env.now - t0
 
