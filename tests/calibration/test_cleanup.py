@@ -34,7 +34,19 @@ def _kill_when_created(proc, out: Path, owned, wait: float) -> int:
     time.sleep(wait)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    return len(owned())
+    return _settled(owned)
+
+
+def _settled(owned, quiet: float = 2.0, limit: float = 60.0) -> int:
+    """How many sandboxes are left once the count stops changing: creates the dead probe sent
+    before the kill still complete on the engine's side."""
+    count, since, deadline = len(owned()), time.monotonic(), time.monotonic() + limit
+    while time.monotonic() - since < quiet and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = len(owned())
+        if now != count:
+            count, since = now, time.monotonic()
+    return count
 
 
 def test_owned_sandboxes_of_a_dead_owner_are_stale_and_old_ones_too():
