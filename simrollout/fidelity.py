@@ -76,10 +76,12 @@ class Row:
     load: str  # none | host | tier | both
     extra: str = ""  # "", warm_pool, failures, timeouts, images, prefetch, reuse, clients, tokens, ...
     scenario: dict = field(default_factory=dict)
+    trajectories: int = 0  # this many, whatever the comparison's size (0: the comparison's)
 
     @property
     def name(self) -> str:
-        return "/".join(p for p in (self.policy, self.load, self.extra) if p)
+        size = f"{self.trajectories // 1000}k" if self.trajectories else ""
+        return "/".join(p for p in (self.policy, self.load, self.extra, size) if p)
 
     @property
     def regime(self) -> str:
@@ -174,17 +176,25 @@ def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
     return d
 
 
+STEADY = 12_000  # trajectories of the rows whose steady state runs one wait per trajectory
+
+
 def matrix() -> list[Row]:
     """Every policy under every load, and warm pool, failures, timeouts, task images (with and
     without a prefetching pool), sandbox reuse and client-scoped contention under both extremes;
     serving engines; host contention with operations weighed by phase, and with creates and
-    teardowns sharing the host."""
+    teardowns sharing the host; async runs long enough for a steady state of one wait per
+    trajectory, under every load."""
     rows = [Row(p, ld) for p in ("async", "sync", "poisson") for ld in LOADS]
     extras = ("warm_pool", "failures", "timeouts", "images", "prefetch", "reuse", "clients")
     rows += [Row(p, ld, x) for x in extras for p in ("async", "sync") for ld in ("none", "both")]
     rows += [Row(p, ld, "tokens") for p in ("async", "sync", "poisson") for ld in ("none", "tier", "both")]
     rows += [Row(p, "host", "weights") for p in ("async", "sync", "poisson")]
     rows += [Row(p, ld, "shared") for p in ("async", "sync", "poisson") for ld in ("host", "both")]
+    # long enough for a steady state waited one trajectory at a time (simrollout.sim.steady)
+    long = [("host", ""), ("tier", ""), ("both", ""), ("both", "failures"), ("both", "timeouts"),
+            ("both", "clients"), ("host", "weights"), ("tier", "tokens"), ("both", "tokens")]  # fmt: skip
+    rows += [Row("async", ld, x, trajectories=STEADY) for ld, x in long]
     return rows
 
 
@@ -222,7 +232,7 @@ def compare(row: Row, trajectories: int = 1000, steps: int = 20, concurrency: in
     """Run ``row`` in step fidelity and in ``fast`` fidelity (``trajectory`` or ``auto``)."""
     from .executors import run_scenario
 
-    d = build(row, trajectories, steps, concurrency)
+    d = build(row, row.trajectories or trajectories, steps, concurrency)
     res, secs = {}, {}
     for fid in ("step", fast):
         scn: Scenario = scenario_from_dict({**d, "fidelity": fid})

@@ -18,6 +18,9 @@ def test_trajectory_engine_holds_where_auto_uses_it(row: Row):
     if c.fidelity == "step":  # auto routes this mode to the step engine: say so, nothing to hold
         assert row.policy == "sync" and (row.load in ("tier", "both") or row.extra == "tokens")
         return
+    if row.trajectories:  # long rows: most of the steady state waited one trajectory at a time
+        assert c.fast.one_wait_fraction > (0.2 if row.extra == "timeouts" else 0.5)
+        assert c.step.one_wait_fraction == 0
     if row.extra == "reuse":  # the row exercises what it names, in both engines
         assert c.step.sandboxes_reused > 0 and c.fast.sandboxes_reused > 0
     if row.extra in ("images", "prefetch"):

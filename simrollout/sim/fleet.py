@@ -55,6 +55,7 @@ class Fleet:
         # expected exec operations in flight per host from running bodies (trajectory fidelity):
         # each body adds the share of its current segment spent in exec overhead
         self.exec_load = [0.0] * domains
+        self.bg = 0.0  # per domain: the load of trajectories that wait their lifecycle at once (sim.steady)
         self.shared = sub.contention.shared  # creates and teardowns share their domain
         self._sharing: dict[int, _Sharing] = {}  # per domain: its shared operations in flight
         self._next_token = 0.0
@@ -86,10 +87,11 @@ class Fleet:
         """Operations in flight in domain ``d``, counting expected execs of running bodies; as
         ``phase`` sees them when the profile weighs operations (else each counts one)."""
         if phase is None or self._w is None:
-            return self.ops[d] + self.exec_load[d]
+            return self.ops[d] + self.exec_load[d] + self.bg
         wc, we, wt = self._w[phase]
         by = self.by_phase
-        return wc * by["create"][d] + we * (by["exec"][d] + self.exec_load[d]) + wt * by["teardown"][d]
+        execs = by["exec"][d] + self.exec_load[d]
+        return wc * by["create"][d] + we * execs + wt * by["teardown"][d] + self.bg
 
     def begin(self, d: int, phase: str) -> None:
         """An operation of ``phase`` starts in domain ``d``."""

@@ -10,6 +10,7 @@ the sum of the running bodies' own expected shares (docs/model.md, "Two fideliti
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 
@@ -32,16 +33,15 @@ from ..workload import (
 from .fleet import Fleet
 from .inference import InferenceTier, expected_busy_engines
 from .records import CANCELLED, FAILED, OK, STATUS, TIMEOUT, Records
+from .records import INPUTS as _IN
 from .serving import ServingTier
 from .serving_pilot import Pilot, phases
+from .steady import Steady
 
 _AT_RISK = 1.25  # a body whose estimated end times this passes its deadline runs exact steps
 _JSQ = 0.5  # a request joins the least-loaded engine: about half a request below the mean
 _STILL = 0.01  # multipliers that moved less than this (relative) since the last segment: double it
 LOST = 3  # the sandbox was lost mid-trajectory (exec failure): retried when retries remain
-# a trajectory's pre-drawn inputs, one row per trajectory in this column order (read back by name)
-_IN = ("cold", "warm", "teardown", "u_create", "u_exec", "u_teardown", "calls", "llm", "overhead", "tool",
-       "setup", "reward", "steps")  # fmt: skip
 _OUT = (
     "start",
     "end",
@@ -68,6 +68,13 @@ class _Chunk:
         self.ran = np.zeros(len(inputs), dtype=bool)  # rows written (the training loop starts a subset)
         self.detail: ChunkDetail | None = None  # per-step detail, drawn when a body needs it
         self.scale: np.ndarray | None = None  # per trajectory: its luck (serving pilot)
+        # the steady state's one-wait trajectories (simrollout.sim.steady): their plan, which
+        # rows they wrote, when each could start its create, and how their rows are filled
+        self.plan: dict | None = None
+        self.one_wait: np.ndarray | None = None
+        self.t0: np.ndarray | None = None
+        self.times: np.ndarray | None = None
+        self.fill: Callable[[], None] | None = None
 
 
 class Cell:
@@ -136,6 +143,7 @@ class Cell:
         # trajectory fidelity: the load as the sum of every running body's expected share of
         # its current segment in generation (the tier) and in exec overhead (per host)
         self._gen_load = 0.0
+        self._pending: list[tuple[float, int, float]] = []  # one-wait bodies' starts and ends to come
         self._heads = bool(inf and inf.slowdown)  # a segment's first generation waited on its own
         self._slowdown = inf.slowdown if self._heads else 0.0
         self._engines = inf.engines if inf else 1
@@ -155,6 +163,7 @@ class Cell:
         self.task_scale: np.ndarray | None = None
         self.llm_gate: Callable[[], simpy.Event | None] | None = None
         self.on_generate: Callable[[int], None] | None = None
+        self.steady: Steady | None = None  # the steady state as one wait per trajectory
 
     def _chunk(self, c: int) -> _Chunk:
         """The chunk's state, drawn when its first trajectory is needed."""
@@ -186,6 +195,8 @@ class Cell:
 
     def _finish(self, c: int) -> None:
         st = self._chunks.pop(c)
+        if st.fill is not None:
+            st.fill()
         ran = slice(None) if st.ran.all() else st.ran
         cols = dict(zip(_OUT, st.out[ran].T))
         ints = {"attempts": np.int8, "status": np.int8, "warm": bool, "steps_done": np.int32}
@@ -211,8 +222,11 @@ class Cell:
         elif pol.mode == "sync":
             main = self.env.process(self._sync(pol.batch_size))
         else:
+            if self.trace is None and Steady.applies(self):
+                self.steady = Steady(self)
             main = self.env.process(self._workers(iter(range(n)), self.concurrency))
         self.env.run(until=main)
+        self._catch_up(math.inf)
         self.fleet.close_pool(self.env.now)
         self.fleet.close_parked(self.env.now)
         for proc in self._prefetched.values():  # created ahead for trajectories that never started
@@ -249,10 +263,16 @@ class Cell:
 
     def _worker(self, todo):
         env, timed = self.env, self.scn.arrivals.kind == "poisson"
+        steady = self.steady
         for i in todo:
             if timed and self.arrival(i) > env.now:
                 yield env.timeout(self.arrival(i) - env.now)
-            yield from self.trajectory(i)
+            if steady is not None and steady.takes(i):
+                self._started = i + 1
+                st = self._chunk(i // CHUNK)
+                yield from steady.run(i, st, i - st.lo)
+            else:
+                yield from self.trajectory(i)
             self._done += 1
             if self.progress is not None and self._done % 4096 == 0:
                 self.progress(4096)
@@ -376,23 +396,51 @@ class Cell:
             warm_hit,
             steps,
         )  # noqa: E501
-        st.out[i - st.lo] = row
+        if self.steady is not None:
+            if status == OK and attempt == 1 and not warm_hit:
+                self.steady.done(i, latency / cold0 if cold0 > 0 else 1.0, td / td0 if td0 > 0 else 1.0)
+            else:
+                self.steady.forget(i)
+        self._record(i, st, row)
+        return row
+
+    def _record(self, i: int, st: _Chunk, row: tuple | None) -> None:
+        """Trajectory ``i`` ended: its row (None: a one-wait trajectory's, filled with its chunk)."""
+        if row is not None:
+            st.out[i - st.lo] = row
+            if self.trace is not None:
+                self._trace(i, row)
         st.ran[i - st.lo] = True
-        if self.trace is not None:
-            self._trace(i, row)
         st.left -= 1
         if st.left == 0:
             self._finish(i // CHUNK)
-        return row
 
-    def _count_bodies(self, change: int) -> None:
-        """A body starts (+1) or ends (-1); with a pilot, engine busy time accrues at the pilot's
-        busy fraction for the bodies running until now."""
-        if self._curve:
+    def _count_bodies(self, change: int, now: float | None = None) -> None:
+        """A body starts (+1) or ends (-1) now (or at ``now``); with a pilot, engine busy time
+        accrues at the pilot's busy fraction for the bodies running until then."""
+        if now is None:
             now = self.env.now
+            if self._pending:
+                self._catch_up(now)
+        if self._curve:
             self._gpu += self._busy_at[min(self.bodies, len(self._busy_at) - 1)] * (now - self._t_bodies)
             self._t_bodies = now
         self.bodies += change
+
+    def _later(self, start: float, end: float, c_g: float) -> None:
+        """A one-wait trajectory's body runs from ``start`` to ``end`` generating ``c_g`` of the
+        time: counted when the bodies or the tier's load are next read (no events)."""
+        if self._curve or self._heads:
+            heapq.heappush(self._pending, (start, 1, c_g))
+            heapq.heappush(self._pending, (end, -1, -c_g))
+
+    def _catch_up(self, now: float) -> None:
+        """Apply the one-wait bodies' starts and ends up to ``now``, in time order."""
+        pending = self._pending
+        while pending and pending[0][0] <= now:
+            t, change, c_g = heapq.heappop(pending)
+            self._count_bodies(change, t)
+            self._gen_load += c_g
 
     def _image(self, i: int) -> int:
         """Trajectory ``i``'s task image (its task ``i // G`` modulo the images), -1 without images."""
@@ -435,6 +483,8 @@ class Cell:
         the other bodies (a request joins the least-loaded engine, about half a request below
         the mean; an exec counts itself, as in the step engine)."""
         x_l = 1.0
+        if self._pending:
+            self._catch_up(self.env.now)
         if self._curve:  # serving engines: the pilot's load curve at the bodies running
             x_l = self._curve[min(self.bodies, len(self._curve) - 1)]
         elif self._heads:  # a loaded tier
@@ -514,7 +564,9 @@ class Cell:
             else None
         )
         if steady is not None:  # one wait; the start of the drain cuts it short
-            d, x_l, rate, c_g, c_e = steady
+            d, x_l, x_e, rate, c_g, c_e = steady
+            if self.steady is not None:
+                self.steady.body(i, x_l, x_e, host)
             self._gen_load += c_g
             fleet.add_exec_load(host, c_e)
             self._long[i] = env.active_process
@@ -537,7 +589,7 @@ class Cell:
         return status, g, done, env.now - t0
 
     def _steady(self, host, deadline, units, per, setup, reward):
-        """The whole body as one wait at the steady load: ``(duration, x_l, seconds per step,
+        """The whole body as one wait at the steady load: ``(duration, x_l, x_e, seconds per step,
         generating share, exec share)``, or None for a body that may reach its deadline (the
         segments cut it exactly)."""
         x_l, x_e = self._multipliers(host)
@@ -545,7 +597,7 @@ class Cell:
         d = setup + units * rate + reward
         if self.env.now + (d - reward) * _AT_RISK > deadline or d <= 0:
             return None
-        return d, x_l, rate, per[0] * x_l * units / d, per[1] * x_e * units / d
+        return d, x_l, x_e, rate, per[0] * x_l * units / d, per[1] * x_e * units / d
 
     def _segments(
         self, i, host, deadline, status, units, per, setup, reward, tail=None, start=(0.0, 0.0, 0.0)

@@ -1,0 +1,177 @@
+"""The steady state of an async batch run at trajectory fidelity, one wait per trajectory.
+
+Once every worker is busy and the queue is far from dry, the load a trajectory meets is a draw
+from a distribution that changes slowly. The cell runs trajectories in full (every create, exec
+share and teardown placed on the fleet) and keeps, in a sliding window, what each met: its create
+and teardown multipliers, its body's generation and exec multipliers, and the load on its domain.
+Once the window is full, seven trajectories in eight wait their whole lifecycle at once, at the
+multipliers of a window trajectory drawn at random (jointly); the eighth runs in full and
+refreshes the window, so the window follows the load as it settles. One-wait trajectories count
+in the load the others read: their bodies in the engines' load (their starts and ends applied in
+time order) and, per domain, their share of the fleet's operations. A trajectory that could fail
+or reach its deadline at a load the window met runs in full, as do the ramp, the first window
+and the last trajectories before the drain.
+
+Used only where the fidelity matrix compares it with the step engine (docs/performance.md, rows
+``.../12k``): async batch runs without warm pools, task images, reuse, a binding quota, shared
+creates, a training loop or a timeline.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..rng import stream
+from .records import INPUTS, OK
+
+if TYPE_CHECKING:
+    from .model import Cell
+
+_RISK = 1.25  # as the trajectory engine's: a trajectory whose end times this passes its deadline runs in full
+_FULL = 8  # one trajectory in this many runs in full and refreshes the window
+_COL = {k: n for n, k in enumerate(INPUTS)}
+
+
+class Steady:
+    """The sliding window and the one-wait trajectories of one cell."""
+
+    def __init__(self, cell: Cell):
+        c, n = cell.concurrency, cell.work.n
+        self.cell = cell
+        self.size = max(2 * c, 2048)  # window samples
+        self.block = max(c, 512)  # trajectories planned at once, at the window as it is then
+        self.first = 2 * c  # samples are kept from here on: the burst start has decorrelated
+        self.last = n - 3 * c  # trajectories from here on run in full: the drain's ramp down
+        self.table = np.zeros((self.size, 5))  # create, x_l, x_e, teardown, domain load
+        self.kept = 0  # samples written (the window is full from self.size on)
+        self.unit = 0.0  # the fleet's load per domain per trajectory in flight (running mean)
+        self._body: dict[int, tuple[float, float, float]] = {}  # a full trajectory's body multipliers
+        self.lean = 0  # one-wait trajectories in flight
+        self.ran = 0  # one-wait trajectories run
+
+    @staticmethod
+    def applies(cell: Cell) -> bool:
+        """The run has a steady state this model covers, long enough to be worth a window."""
+        scn, pol, fleet, c = cell.scn, cell.scn.policy, cell.fleet, cell.concurrency
+        plain = not (pol.warm_pool or scn.workload.images or pol.reuse or fleet.quota is not None)
+        long = cell.work.n - 3 * c >= 2 * c + 2 * max(2 * c, 2048)  # a window, then as much again
+        return (
+            not cell.step and cell._steady_run and cell._loaded and plain and long
+            and not fleet.shared and scn.training is None
+        )  # fmt: skip
+
+    # ------------------------------------------------------------ the window
+    def body(self, i: int, x_l: float, x_e: float, dom: int) -> None:
+        """A full trajectory's body starts at the steady load with these multipliers."""
+        if i < self.first:
+            return
+        fleet = self.cell.fleet
+        self._body[i] = (x_l, x_e, fleet.load(dom))
+        domains = len(fleet.ops)
+        busy = sum(fleet.ops) + sum(fleet.exec_load) + fleet.bg * domains
+        self.unit += (busy / (self.cell.concurrency * domains) - self.unit) / min(self.kept + 1, self.size)
+
+    def forget(self, i: int) -> None:
+        """A full trajectory that failed, retried or timed out: not a sample."""
+        self._body.pop(i, None)
+
+    def done(self, i: int, create: float, teardown: float) -> None:
+        """A full trajectory ended on its first attempt: ``create`` and ``teardown`` are its
+        multipliers (latency over base); a sample when its body ran at the steady load."""
+        got = self._body.pop(i, None)
+        if got is None:
+            return
+        self.table[self.kept % self.size] = (create, *got[:2], teardown, got[2])
+        self.kept += 1
+        if self.kept == self.size:  # the bounds a one-wait trajectory must stay within
+            fail, hi = self.cell.fleet.fail, float(self.table[:, 4].max()) + 1.0
+            self.p_create, self.p_exec = fail["create"](hi), fail["exec"](hi)
+
+    # ------------------------------------------------------------ one wait per trajectory
+    def takes(self, i: int) -> bool:
+        return self.kept >= self.size and i % _FULL and i < self.last and self.cell._settled()
+
+    def _plan(self, st, k: int) -> None:
+        """Block ``k`` of chunk ``st`` as one wait each, at multipliers drawn from the window as it
+        is now: their times, and which must run in full (they could fail or time out)."""
+        cell, b = self.cell, self.block
+        if st.plan is None:
+            n = len(st.inputs)
+            st.plan = {}
+            st.one_wait, st.t0 = np.zeros(n, dtype=bool), np.zeros(n)
+            st.times = np.zeros((n, 5))  # create, body, teardown, generation, generating share
+            st.fill = lambda: _fill(st, cell.sub.billing.minimum_seconds)
+        lo, hi = k * b, min((k + 1) * b, len(st.inputs))
+        inp = st.inputs[lo:hi]
+        rng = stream(cell.scn.seed, cell.rep, "steady", cell.sub.name, cell.concurrency, st.lo + lo)
+        create, x_l, x_e, tear, _ = self.table[rng.integers(self.size, size=hi - lo)].T
+        col = {k: inp[:, n] for k, n in _COL.items()}
+        lat = col["cold"] * create
+        luck = st.scale[lo:hi] if st.scale is not None else 1.0
+        g = col["llm"] * luck * x_l
+        busy = col["setup"] + g + col["overhead"] * x_e + col["tool"] + col["reward"]
+        td = col["teardown"] * tear
+        share = np.divide(g, busy, out=np.zeros_like(g), where=busy > 0)
+        st.times[lo:hi] = np.column_stack([lat, busy, td, g, share])
+        risky = (col["u_create"] < self.p_create) | _fails(col["u_exec"], self.p_exec, col["calls"])
+        risky |= lat + busy * _RISK + td > (cell.scn.policy.timeout or math.inf)
+        st.plan[k] = (risky.tolist(), (lat + busy + td).tolist(), lat.tolist(), busy.tolist(), share.tolist())
+
+    def run(self, i: int, st, j: int):
+        """Trajectory ``i`` (row ``j`` of chunk ``st``) as one wait; in full when it could fail or
+        time out."""
+        cell, k = self.cell, j // self.block
+        if st.plan is None or k not in st.plan:
+            self._plan(st, k)
+        risky, total, lat, busy, share = st.plan[k]
+        r = j - k * self.block
+        if risky[r]:
+            return (yield from cell.trajectory(i))
+        env, fleet = cell.env, cell.fleet
+        start = env.now
+        wait = fleet._rate_delay() if cell.sub.create_rate is not None else 0.0
+        t = start + wait
+        st.out[j, 0] = start
+        st.t0[j] = t
+        st.one_wait[j] = True
+        b0 = t + lat[r]
+        cell._later(b0, b0 + busy[r], share[r])
+        self.lean += 1
+        fleet.bg = self.lean * self.unit
+        self.ran += 1
+        yield env.timeout(wait + total[r])
+        self.lean -= 1
+        fleet.bg = self.lean * self.unit
+        cell._record(i, st, None)
+
+
+def _fails(u: np.ndarray, p: float, calls: np.ndarray) -> np.ndarray:
+    """Whether each trajectory's first failing call (workload.first_failure) is among its calls."""
+    if p <= 0:
+        return np.zeros(len(u), dtype=bool)
+    if p >= 1:
+        return calls > 0
+    return np.floor(np.log1p(-u) / math.log1p(-p)) + 1 <= calls
+
+
+def _fill(st, min_bill: float) -> None:
+    """The rows of a chunk's one-wait trajectories, from their start times and planned times."""
+    m = st.one_wait
+    if not m.any():
+        return
+    lat, busy, td, g, share = st.times[m].T
+    t0, out = st.t0[m], st.out
+    out[m, 1] = t0 + lat + busy + td
+    out[m, 2] = lat
+    out[m, 3] = t0 - out[m, 0]  # the create-rate token's wait
+    out[m, 4] = lat + busy - g + td
+    out[m, 5] = np.maximum(lat + busy + td, min_bill)
+    out[m, 6] = g
+    out[m, 7] = 1
+    out[m, 8] = OK
+    out[m, 9] = 0
+    out[m, 10] = st.inputs[m, _COL["steps"]]
+    st.gen[m] = np.column_stack([t0 + lat, t0 + lat + busy, share])
