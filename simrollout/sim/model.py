@@ -137,7 +137,7 @@ class Cell:
         self.turn_log: list | None = None  # a pilot's turns: (trajectory, bodies, seconds, unloaded)
         self.sink, self.keep, self.kept = sink, keep, []
         self.progress = progress
-        self._done = 0
+        self._done = self._told = 0  # trajectories done, and reported to ``progress``
         self._chunks: dict[int, _Chunk] = {}
         self._last_arrival = 0.0  # of the latest chunk whose arrivals were drawn
         # trajectory fidelity: the load as the sum of every running body's expected share of
@@ -267,15 +267,16 @@ class Cell:
         for i in todo:
             if timed and self.arrival(i) > env.now:
                 yield env.timeout(self.arrival(i) - env.now)
-            if steady is not None and steady.takes(i):
-                self._started = i + 1
-                st = self._chunk(i // CHUNK)
-                yield from steady.run(i, st, i - st.lo)
-            else:
+            ran = 0
+            if steady is not None and steady.takes(i):  # one wait, unless it must run in full
+                i, ran = yield from steady.run(i)
+            if i is not None:
                 yield from self.trajectory(i)
-            self._done += 1
-            if self.progress is not None and self._done % 4096 == 0:
-                self.progress(4096)
+                ran += 1
+            self._done += ran
+            if self.progress is not None and self._done - self._told >= 4096:
+                self.progress(self._done - self._told)
+                self._told = self._done
         self._drain()
 
     def _drain(self) -> None:

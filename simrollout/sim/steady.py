@@ -4,8 +4,8 @@ Once every worker is busy and the queue is far from dry, the load a trajectory m
 from a distribution that changes slowly. The cell runs trajectories in full (every create, exec
 share and teardown placed on the fleet) and keeps, in a sliding window, what each met: its create
 and teardown multipliers, its body's generation and exec multipliers, and the load on its domain.
-Once the window is full, seven trajectories in eight wait their whole lifecycle at once, at the
-multipliers of a window trajectory drawn at random (jointly); the eighth runs in full and
+Once the window is full, fifteen trajectories in sixteen wait their whole lifecycle at once, at the
+multipliers of a window trajectory drawn at random (jointly); the sixteenth runs in full and
 refreshes the window, so the window follows the load as it settles. One-wait trajectories count
 in the load the others read: their bodies in the engines' load (their starts and ends applied in
 time order) and, per domain, their share of the fleet's operations. A trajectory that could fail
@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..rng import stream
+from ..workload import CHUNK
 from .records import INPUTS, OK
 
 if TYPE_CHECKING:
     from .model import Cell
 
 _RISK = 1.25  # as the trajectory engine's: a trajectory whose end times this passes its deadline runs in full
-_FULL = 8  # one trajectory in this many runs in full and refreshes the window
+_FULL = 16  # one trajectory in this many runs in full and refreshes the window
 _COL = {k: n for n, k in enumerate(INPUTS)}
 
 
@@ -41,9 +42,9 @@ class Steady:
     def __init__(self, cell: Cell):
         c, n = cell.concurrency, cell.work.n
         self.cell = cell
-        self.size = max(2 * c, 2048)  # window samples
+        self.size = max(c, 1024)  # window samples
         self.block = max(c, 512)  # trajectories planned at once, at the window as it is then
-        self.first = 2 * c  # samples are kept from here on: the burst start has decorrelated
+        self.first = 4 * c  # samples are kept from here on: the burst start has decorrelated
         self.last = n - 3 * c  # trajectories from here on run in full: the drain's ramp down
         self.table = np.zeros((self.size, 5))  # create, x_l, x_e, teardown, domain load
         self.kept = 0  # samples written (the window is full from self.size on)
@@ -57,7 +58,7 @@ class Steady:
         """The run has a steady state this model covers, long enough to be worth a window."""
         scn, pol, fleet, c = cell.scn, cell.scn.policy, cell.fleet, cell.concurrency
         plain = not (pol.warm_pool or scn.workload.images or pol.reuse or fleet.quota is not None)
-        long = cell.work.n - 3 * c >= 2 * c + 2 * max(2 * c, 2048)  # a window, then as much again
+        long = cell.work.n - 3 * c >= 4 * c + 2 * max(c, 1024)  # a window, then as much again
         return (
             not cell.step and cell._steady_run and cell._loaded and plain and long
             and not fleet.shared and scn.training is None
@@ -120,25 +121,26 @@ class Steady:
         risky |= lat + busy * _RISK + td > (cell.scn.policy.timeout or math.inf)
         st.plan[k] = (risky.tolist(), (lat + busy + td).tolist(), lat.tolist(), busy.tolist(), share.tolist())
 
-    def run(self, i: int, st, j: int):
-        """Trajectory ``i`` (row ``j`` of chunk ``st``) as one wait; in full when it could fail or
-        time out."""
-        cell, k = self.cell, j // self.block
+    def run(self, i: int):
+        """Trajectory ``i`` as one wait. Returns ``(i, 0)`` without running it when it must run in
+        full (it could fail or time out), else ``(None, 1)``."""
+        cell = self.cell
+        st = cell._chunk(i // CHUNK)
+        j = i - st.lo
+        k = j // self.block
         if st.plan is None or k not in st.plan:
             self._plan(st, k)
         risky, total, lat, busy, share = st.plan[k]
         r = j - k * self.block
         if risky[r]:
-            return (yield from cell.trajectory(i))
+            return i, 0
         env, fleet = cell.env, cell.fleet
         start = env.now
         wait = fleet._rate_delay() if cell.sub.create_rate is not None else 0.0
-        t = start + wait
-        st.out[j, 0] = start
-        st.t0[j] = t
-        st.one_wait[j] = True
-        b0 = t + lat[r]
+        st.out[j, 0], st.t0[j], st.one_wait[j] = start, start + wait, True
+        b0 = start + wait + lat[r]
         cell._later(b0, b0 + busy[r], share[r])
+        cell._started = i + 1
         self.lean += 1
         fleet.bg = self.lean * self.unit
         self.ran += 1
@@ -146,6 +148,7 @@ class Steady:
         self.lean -= 1
         fleet.bg = self.lean * self.unit
         cell._record(i, st, None)
+        return None, 1
 
 
 def _fails(u: np.ndarray, p: float, calls: np.ndarray) -> np.ndarray:
