@@ -112,7 +112,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     )
     one_wait = result.summary.get("one_wait_fraction", pd.Series([0.0]))
     if one_wait.max() > 0:  # the steady state's one-wait trajectories (docs/model.md, "Two fidelities")
-        title += f"; steady state as one wait per trajectory: {one_wait.min():.0%}-{one_wait.max():.0%}"
+        lo, hi = f"{one_wait.min():.0%}", f"{one_wait.max():.0%}"
+        title += f"; {lo if lo == hi else f'{lo}-{hi}'} of trajectories waited at once in the steady state"
     when_any = ("retries", "cancelled")
     cols = [c for c in TABLE if c[0] not in when_any or result.summary.get(c[0], pd.Series([0])).sum() > 0]
     t = _table(title, cols, result.summary)

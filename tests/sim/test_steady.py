@@ -78,3 +78,20 @@ def test_not_used_where_the_matrix_never_compared_it(change):
 def test_too_short_for_a_window_runs_in_full():
     d = build(Row("async", "both"), 3_000, 10, 256)
     assert _run(d).summary.iloc[0].one_wait_fraction == 0
+
+
+def test_the_table_and_summary_say_how_many_waited_at_once(tmp_path):
+    import json
+
+    import yaml
+
+    from tests.conftest import cli
+
+    d = build(Row("async", "both"), 12_000, 10, 256)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**d, "fidelity": "trajectory"}))
+    r = cli("run", path, "-o", tmp_path / "out", "--no-records")
+    assert r.returncode == 0, r.stderr
+    assert "of trajectories waited at once in the steady state" in " ".join(r.stdout.split())
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())["summary"][0]
+    assert 0.5 < summary["one_wait_fraction"] < 1
