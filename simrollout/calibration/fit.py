@@ -288,6 +288,29 @@ MIN_LEVELS = 4  # load levels above 1 that a contention curve needs
 MIN_PER_LEVEL = 30  # successful samples per level
 
 
+def _answered(records: list[dict]) -> tuple[list[dict], list[str]]:
+    """Leave out the levels where the engine stopped answering: half or more of a level's
+    operations timed out on the client (an error named ``...Timeout...``). Their timeouts are not
+    a failure rate and their latencies are the client's limit. Occasional timeouts stay failures."""
+    levels: dict[tuple, list[dict]] = {}
+    for r in records:
+        levels.setdefault((r["run_id"], r["concurrency"]), []).append(r)
+    kept, notes = [], []
+    for (run, c), rs in levels.items():
+        timeouts = sum(not r["ok"] and "timeout" in str(r.get("error") or "").lower() for r in rs)
+        if timeouts >= 0.5 * len(rs):
+            notes.append(f"run {run}, concurrency {c}: {timeouts} of {len(rs)} operations timed out on the "
+                         "client (the engine stopped answering); the level is left out")  # fmt: skip
+        else:
+            kept.extend(rs)
+    for note in notes:
+        warnings.warn(note + ". Probe that level again on a healthy engine.", stacklevel=3)
+    if not kept:
+        raise InputError(f"every level's operations timed out on the client: {'; '.join(notes)}. "
+                         "Nothing to fit: restart the engine and probe again.")  # fmt: skip
+    return kept, notes
+
+
 def coverage(per_level: dict[int, dict], paced: bool = False) -> dict:
     """Is a phase's contention curve under-sampled, and what to probe next. ``paced``: the probe
     spaced each sandbox's commands by a think time, so a level is not meant to fill (its curve is
@@ -346,6 +369,7 @@ def calibrate(
     over each operation's life; else every curve reads the load at the operation's start."""
     if points not in ("per-operation", "per-level"):
         raise InputError(f"contention points: expected per-operation or per-level, got '{points}'.")
+    records, unanswered = _answered(records)
     by_phase = _check(records)
     pulls = by_phase.pop("pull", [])
     paced = any(r.get("think") for r in records)  # ``probe --think``: commands spaced like turns
@@ -467,6 +491,7 @@ def calibrate(
             "probe_files": sorted({Path(r["_file"]).name for r in records}),
             "runs": sorted({r["run_id"] for r in records}),
             "samples": {p: len(rs) for p, rs in by_phase.items()} | ({"pull": len(pulls)} if pulls else {}),
+            **({"left_out": unanswered} if unanswered else {}),
             **({"think_s": sorted({r["think"] for r in records if r.get("think")})} if paced else {}),
             **(
                 {"image_cache": f"pull_mb_s from {len(pulls)} task image loads; cache_gb given, not measured"}

@@ -276,3 +276,35 @@ def test_the_older_per_level_points_stay_available_and_are_named_in_the_provenan
         "per-level", "per-operation")  # fmt: skip
     with pytest.raises(InputError, match="per-operation or per-level"):
         calibrate(recs, "x", points="per-host")
+
+
+def _stopped_answering(lines: list[dict], level: int, share: float) -> list[dict]:
+    """The operations of ``level`` timed out on the client, a ``share`` of them (the first ones)."""
+    at = [r for r in lines if r["concurrency"] == level]
+    for r in at[: int(share * len(at))]:
+        r.update(ok=False, error="ReadTimeout", latency=60.0)
+    return lines
+
+
+def test_a_level_where_the_engine_stopped_answering_is_left_out_not_read_as_failures(tmp_path):
+    phases = {"create": (lambda g: g.lognormal(np.log(0.3), 0.2), 0.05),
+              "exec": (lambda g: g.lognormal(np.log(0.05), 0.2), 0.05),
+              "teardown": (lambda g: g.lognormal(np.log(0.1), 0.2), 0.05)}  # fmt: skip
+    clean = [json.loads(x) for x in records(tmp_path, phases, levels=(1, 4, 16)).read_text().splitlines()]
+    hung = _stopped_answering([dict(r) for r in clean], 16, 0.9)
+    for r in hung:
+        r["_file"] = "r.jsonl"
+    with pytest.warns(UserWarning, match="concurrency 16: .* timed out on the client"):
+        prof, _ = calibrate(hung, "hung")
+    assert prof["substrate"]["failures"]["create"] == 0.0  # no failure curve from the hang
+    assert "concurrency 16" in prof["provenance"]["left_out"][0]
+    assert 16 not in prof["fits"]["create"]["by_concurrency"]
+    # occasional timeouts are failures: they stay
+    some = _stopped_answering([dict(r, _file="r.jsonl") for r in clean], 16, 0.1)
+    prof, _ = calibrate(some, "some")
+    assert "left_out" not in prof["provenance"]
+    assert isinstance(prof["substrate"]["failures"]["create"], dict)  # a failure rate by load
+    # every level hung: a clear error
+    all_hung = [dict(r, _file="r.jsonl", ok=False, error="ReadTimeout") for r in clean]
+    with pytest.raises(InputError, match="every level's operations timed out"):
+        calibrate(all_hung, "dead")
