@@ -295,14 +295,14 @@ def _answered(records: list[dict]) -> tuple[list[dict], list[str]]:
     levels: dict[tuple, list[dict]] = {}
     for r in records:
         levels.setdefault((r["run_id"], r["concurrency"]), []).append(r)
-    kept, notes = [], []
+    gone, notes = set(), []
     for (run, c), rs in levels.items():
         timeouts = sum(not r["ok"] and "timeout" in str(r.get("error") or "").lower() for r in rs)
         if timeouts >= 0.5 * len(rs):
+            gone.add((run, c))
             notes.append(f"run {run}, concurrency {c}: {timeouts} of {len(rs)} operations timed out on the "
                          "client (the engine stopped answering); the level is left out")  # fmt: skip
-        else:
-            kept.extend(rs)
+    kept = [r for r in records if (r["run_id"], r["concurrency"]) not in gone] if gone else records
     for note in notes:
         warnings.warn(note + ". Probe that level again on a healthy engine.", stacklevel=3)
     if not kept:
