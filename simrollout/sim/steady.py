@@ -9,7 +9,7 @@ multipliers of a window trajectory drawn at random (jointly); the sixteenth runs
 refreshes the window, so the window follows the load as it settles. One-wait trajectories count
 in the load the others read: their bodies in the engines' load (their starts and ends applied in
 time order) and, per domain, their share of the fleet's operations. A trajectory that could fail
-or reach its deadline at a load the window met runs in full, as do the ramp, the first window
+at the highest load a sample met, or reach its deadline, runs in full, as do the ramp, the first window
 and the last trajectories before the drain.
 
 Used only where the fidelity matrix compares it with the step engine (docs/performance.md, rows
@@ -49,6 +49,8 @@ class Steady:
         self.table = np.zeros((self.size, 5))  # create, x_l, x_e, teardown, domain load
         self.kept = 0  # samples written (the window is full from self.size on)
         self.unit = 0.0  # the fleet's load per domain per trajectory in flight (running mean)
+        self.hi = 0.0  # the highest load (+ itself) any sample met: failures are bounded there
+        self.p_create = self.p_exec = 1.0
         self._body: dict[int, tuple[float, float, float]] = {}  # a full trajectory's body multipliers
         self.lean = 0  # one-wait trajectories in flight
         self.ran = 0  # one-wait trajectories run
@@ -87,9 +89,10 @@ class Steady:
             return
         self.table[self.kept % self.size] = (create, *got[:2], teardown, got[2])
         self.kept += 1
-        if self.kept == self.size:  # the bounds a one-wait trajectory must stay within
-            fail, hi = self.cell.fleet.fail, float(self.table[:, 4].max()) + 1.0
-            self.p_create, self.p_exec = fail["create"](hi), fail["exec"](hi)
+        if got[2] + 1.0 > self.hi:  # the failure bounds a one-wait trajectory must stay within
+            self.hi = got[2] + 1.0
+            fail = self.cell.fleet.fail
+            self.p_create, self.p_exec = fail["create"](self.hi), fail["exec"](self.hi)
 
     # ------------------------------------------------------------ one wait per trajectory
     def takes(self, i: int) -> bool:
