@@ -305,7 +305,7 @@ def _answered(records: list[dict]) -> tuple[list[dict], list[str]]:
     kept = [r for r in records if (r["run_id"], r["concurrency"]) not in gone] if gone else records
     for note in notes:
         warnings.warn(note + ". Probe that level again on a healthy engine.", stacklevel=3)
-    if not kept:
+    if notes and not kept:
         raise InputError(f"every level's operations timed out on the client: {'; '.join(notes)}. "
                          "Nothing to fit: restart the engine and probe again.")  # fmt: skip
     return kept, notes
