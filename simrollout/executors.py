@@ -176,4 +176,32 @@ def _run_ray(scenarios, tasks, keep, progress, total, address, records_dir):
         return sorted(out, key=lambda t: order[(t[0], t[1])])
     finally:
         if started and address is None:
+            mine = _ray_processes()
             ray.shutdown()
+            _reap(mine)
+
+
+def _ray_processes() -> list:
+    """The local Ray node's processes this run started (raylet, GCS, agents, workers)."""
+    try:
+        import psutil
+
+        procs = psutil.Process().children(recursive=True)
+        return [p for p in procs if "ray" in " ".join(p.cmdline()[:2]).lower() or p.name().startswith("ray")]
+    except Exception:  # psutil missing, or a process gone while listed
+        return []
+
+
+def _reap(procs: list, grace: float = 5.0) -> None:
+    """Ray's agents exit on their own once their raylet is gone, but not always: an interrupt
+    during their start-up left them running. Whatever is left after ``grace`` seconds is killed."""
+    if not procs:
+        return
+    import psutil
+
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
