@@ -252,6 +252,15 @@ def first_failure(u: float, p: float, calls: int) -> int:
     return k if k <= calls else 0
 
 
+def fails_within(u: np.ndarray, p: float, calls: np.ndarray) -> np.ndarray:
+    """Vectorised :func:`first_failure`: whether each first failing call is among ``calls``."""
+    if p <= 0:
+        return np.zeros(len(u), dtype=bool)
+    if p >= 1:
+        return calls > 0
+    return np.floor(np.log1p(-u) / math.log1p(-p)) + 1 <= calls
+
+
 @dataclass
 class ChunkDetail:
     """Per-step workload and per-call exec overhead of one chunk, with offsets local to it."""

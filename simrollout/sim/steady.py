@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..rng import stream
-from ..workload import CHUNK
+from ..workload import CHUNK, fails_within
 from .records import INPUTS, OK
 
 if TYPE_CHECKING:
@@ -40,12 +40,10 @@ class Steady:
     """The sliding window and the one-wait trajectories of one cell."""
 
     def __init__(self, cell: Cell):
-        c, n = cell.concurrency, cell.work.n
+        c = cell.concurrency
         self.cell = cell
-        self.size = max(c, 1024)  # window samples
+        self.size, self.first, self.last = _bounds(c, cell.work.n)
         self.block = max(c, 512)  # trajectories planned at once, at the window as it is then
-        self.first = 4 * c  # samples are kept from here on: the burst start has decorrelated
-        self.last = n - 3 * c  # trajectories from here on run in full: the drain's ramp down
         self.table = np.zeros((self.size, 5))  # create, x_l, x_e, teardown, domain load
         self.kept = 0  # samples written (the window is full from self.size on)
         self.unit = 0.0  # the fleet's load per domain per trajectory in flight (running mean)
@@ -58,9 +56,10 @@ class Steady:
     @staticmethod
     def applies(cell: Cell) -> bool:
         """The run has a steady state this model covers, long enough to be worth a window."""
-        scn, pol, fleet, c = cell.scn, cell.scn.policy, cell.fleet, cell.concurrency
+        scn, pol, fleet = cell.scn, cell.scn.policy, cell.fleet
         plain = not (pol.warm_pool or scn.workload.images or pol.reuse or fleet.quota is not None)
-        long = cell.work.n - 3 * c >= 4 * c + 2 * max(c, 1024)  # a window, then as much again
+        size, first, last = _bounds(cell.concurrency, cell.work.n)
+        long = last >= first + 2 * size  # a window, then as much again
         return (
             not cell.step and cell._steady_run and cell._loaded and plain and long
             and not fleet.shared and scn.training is None
@@ -120,7 +119,7 @@ class Steady:
         td = col["teardown"] * tear
         share = np.divide(g, busy, out=np.zeros_like(g), where=busy > 0)
         st.times[lo:hi] = np.column_stack([lat, busy, td, g, share])
-        risky = (col["u_create"] < self.p_create) | _fails(col["u_exec"], self.p_exec, col["calls"])
+        risky = (col["u_create"] < self.p_create) | fails_within(col["u_exec"], self.p_exec, col["calls"])
         risky |= lat + busy * _RISK + td > (cell.scn.policy.timeout or math.inf)
         st.plan[k] = (risky.tolist(), (lat + busy + td).tolist(), lat.tolist(), busy.tolist(), share.tolist())
 
@@ -154,13 +153,11 @@ class Steady:
         return None, 1
 
 
-def _fails(u: np.ndarray, p: float, calls: np.ndarray) -> np.ndarray:
-    """Whether each trajectory's first failing call (workload.first_failure) is among its calls."""
-    if p <= 0:
-        return np.zeros(len(u), dtype=bool)
-    if p >= 1:
-        return calls > 0
-    return np.floor(np.log1p(-u) / math.log1p(-p)) + 1 <= calls
+def _bounds(c: int, n: int) -> tuple[int, int, int]:
+    """For ``n`` trajectories at concurrency ``c``: the window's samples; the first trajectory kept
+    as a sample (the burst start has decorrelated); the first that runs in full again (the
+    drain's ramp down)."""
+    return max(c, 1024), 4 * c, n - 3 * c
 
 
 def _fill(st, min_bill: float) -> None:

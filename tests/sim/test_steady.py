@@ -7,18 +7,9 @@ from __future__ import annotations
 import pytest
 
 from simrollout.executors import run_scenario
-from simrollout.fidelity import TOLERANCE, Row, build
+from simrollout.fidelity import METRICS, TOLERANCE, Row, build
 from simrollout.scenario import scenario_from_dict
 from simrollout.sim.steady import Steady
-
-METRICS = (
-    "worker_hours",
-    "makespan_hours",
-    "duration_p50",
-    "duration_p99",
-    "cold_start_p50",
-    "gpu_idle_fraction",
-)
 
 
 def _run(d: dict, monkeypatch=None, steady: bool = True):
@@ -95,3 +86,15 @@ def test_the_table_and_summary_say_how_many_waited_at_once(tmp_path):
     assert "of trajectories waited at once in the steady state" in " ".join(r.stdout.split())
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())["summary"][0]
     assert 0.5 < summary["one_wait_fraction"] < 1
+
+
+def test_fails_within_agrees_with_first_failure_call_by_call():
+    import numpy as np
+
+    from simrollout.workload import fails_within, first_failure
+
+    rng = np.random.default_rng(0)
+    u, calls = rng.random(2000), rng.integers(0, 200, 2000)
+    for p in (0.0, 1e-4, 0.01, 0.3, 1.0):
+        want = [first_failure(float(a), p, int(c)) > 0 for a, c in zip(u, calls)]
+        assert fails_within(u, p, calls).tolist() == want
