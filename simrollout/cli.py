@@ -344,6 +344,11 @@ def probe(
         0.0,
         help="Seconds each sandbox waits before each command, as an agent's LLM turn does (0: back to back).",
     ),
+    think_draw: str = typer.Option(
+        "fixed",
+        help="fixed: every wait is --think; exponential: each drawn with mean --think, so sandboxes "
+        "started together drift apart as a rollout's do.",
+    ),
     reset: str | None = typer.Option(
         "rm -rf work && mkdir -p work/src && for i in 1 2 3 4 5 6 7 8; do echo $i > work/src/f$i; done",
         help="Command timed as a sandbox reset for the next sample of a task, in the sandbox's "
@@ -371,7 +376,7 @@ def probe(
         )
 
     from .calibration.backends import get_backend
-    from .calibration.probe import MODES, ProbePlan
+    from .calibration.probe import MODES, THINK_DRAWS, ProbePlan
     from .calibration.probe import probe as run_probe
 
     if mode not in MODES:
@@ -380,6 +385,8 @@ def probe(
         raise InputError(f"--gap: expected seconds >= 0 between staggered starts, got {gap}.")
     if not 0 <= think < float("inf"):
         raise InputError(f"--think: expected seconds >= 0 before each command, got {think}.")
+    if think_draw not in THINK_DRAWS:
+        raise InputError(f"--think-draw: expected one of {list(THINK_DRAWS)}, got '{think_draw}'.")
     if sandboxes < 0 or commands < 1:
         raise InputError(
             f"--sandboxes must be >= 0 (0: automatic) and --commands >= 1, got {sandboxes} and {commands}."
@@ -405,7 +412,7 @@ def probe(
         raise InputError(f"--image-mb: expected MB >= 0 (0 skips the task image loads), got {image_mb}.")
     plan = ProbePlan(
         sandboxes, commands, levels, mode, gap, image, command, reset=reset or None, image_mb=image_mb,
-        think=think,
+        think=think, think_draw=think_draw,
     )  # fmt: skip
     counts: dict[str, int] = {}
 

@@ -351,6 +351,15 @@ def coverage(per_level: dict[int, dict], paced: bool = False) -> dict:
     }
 
 
+def _thinks(records: list[dict]) -> list[float] | dict[str, float]:
+    """The probe's think times: the few fixed ones, or how the drawn ones spread."""
+    t = np.array([r["think"] for r in records if r["phase"] == "exec" and r.get("think") is not None])
+    if len(np.unique(t)) <= 4:
+        return sorted(set(t[t > 0].tolist()))
+    return {"drawn_mean": round(float(t.mean()), 4), "p50": round(float(np.median(t)), 4),
+            "p99": round(float(np.quantile(t, 0.99)), 4)}  # fmt: skip
+
+
 def pull_rate(pulls: list[dict]) -> float | None:
     """MB/s of task image loads: the median of archive bytes over load time, successful ones."""
     rates = [
@@ -501,7 +510,7 @@ def calibrate(
             "runs": sorted({r["run_id"] for r in records}),
             "samples": {p: len(rs) for p, rs in by_phase.items()} | ({"pull": len(pulls)} if pulls else {}),
             **({"left_out": unanswered} if unanswered else {}),
-            **({"think_s": sorted({r["think"] for r in records if r.get("think")})} if paced else {}),
+            **({"think_s": _thinks(records)} if paced else {}),
             **(
                 {"image_cache": f"pull_mb_s from {len(pulls)} task image loads; cache_gb given, not measured"}
                 if rate

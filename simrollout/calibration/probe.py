@@ -20,11 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import SubstrateError
 from .backends import Backend
 
 PHASES = ("create", "exec", "upload", "download", "teardown", "reset", "pull")
 MODES = ("sequential", "staggered", "burst")
+THINK_DRAWS = ("fixed", "exponential")
 # concurrency levels a probe covers by default: dense, since creates happen near a level's count
 LEVELS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 PROBE_LEVELS = ",".join(map(str, LEVELS))
@@ -95,6 +98,17 @@ class ProbePlan:
     image_mb: int = 0  # time loading a task image of the image plus this many MB (docker)
     pulls: int = 5  # task image loads, at the first level, one at a time
     think: float = 0.0  # seconds each sandbox waits before each command (an agent's LLM turn)
+    # "exponential": each wait drawn with mean ``think`` (sandboxes started together drift apart,
+    # as a rollout's do); "fixed": every wait ``think`` (their commands stay in step and collide)
+    think_draw: str = "fixed"
+    seed: int = 0  # the drawn waits: the same plan waits the same
+
+    def waits(self, level: int, idx: int) -> list[float]:
+        """The waits before each of sandbox ``idx``'s commands at ``level``."""
+        if self.think_draw == "fixed" or not self.think:
+            return [self.think] * self.commands
+        rng = np.random.default_rng((self.seed, level, idx))
+        return rng.exponential(self.think, self.commands).round(6).tolist()
 
     def count(self, level: int) -> int:
         """Lifecycles at ``level``: enough to fill it twice and give 32 samples of each phase."""
@@ -168,13 +182,13 @@ def probe(
         with lock:
             live[id(box)] = box
         try:
-            for _ in range(plan.commands):
-                if plan.think:
-                    stop.wait(plan.think)
+            for wait in plan.waits(level, idx):
+                if wait:
+                    stop.wait(wait)
                 if stop.is_set():
                     break
                 timed("exec", level, idx, lambda: backend.exec(box, plan.command), plan.command,
-                      think=plan.think)  # fmt: skip
+                      think=wait)  # fmt: skip
             # file transfers are timed at the first level only: the model has no such operation,
             # so under load they would only inflate the contention of the others
             if plan.files and backend.supports_files and level == plan.levels[0] and not stop.is_set():

@@ -7,9 +7,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from simrollout.calibration.backends import BackendUnavailable, get_backend
+from simrollout.calibration.fit import calibrate
 from simrollout.calibration.probe import ProbePlan, probe, read_records
 from simrollout.errors import InputError
 
@@ -175,6 +177,36 @@ def test_think_time_spaces_each_sandboxs_commands_like_an_agents_turns(tmp_path)
     old = tmp_path / "old.jsonl"
     old.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "think"}) + "\n" for r in recs))
     assert len(read_records([old])) == len(recs)
+
+
+def test_drawn_think_times_spread_sandboxes_that_started_together(tmp_path):
+    plan = ProbePlan(sandboxes=10, commands=4, levels=(2,), think=0.05, think_draw="exponential", seed=5)
+    # each sandbox draws its own waits, the same ones each time the plan runs
+    assert plan.waits(2, 0) == plan.waits(2, 0) != plan.waits(2, 1)
+    many = np.concatenate([ProbePlan(commands=50, think=0.2, think_draw="exponential").waits(8, k)
+                           for k in range(40)])  # fmt: skip
+    assert abs(many.mean() / 0.2 - 1) < 0.1 and np.std(many) / many.mean() > 0.8  # exponential: CV 1
+    out = tmp_path / "drawn.jsonl"
+    probe(get_backend("process"), plan, out)
+    recs = read_records([out])
+    for box in range(10):
+        mine = sorted((r for r in recs if r["sandbox"] == box and r["phase"] in ("create", "exec")),
+                      key=lambda r: r["start"])  # fmt: skip
+        # each command's record holds the wait drawn before it, and waited it
+        assert [r["think"] for r in mine[1:]] == plan.waits(2, box)
+        assert all(
+            b["start"] - (a["start"] + a["latency"]) >= b["think"] - 0.01 for a, b in zip(mine, mine[1:])
+        )
+    prov = calibrate(recs, "drawn")[0]["provenance"]["think_s"]
+    assert set(prov) == {"drawn_mean", "p50", "p99"} and prov["p50"] < prov["drawn_mean"] < prov["p99"]
+
+
+def test_probe_refuses_an_unknown_think_draw(tmp_path):
+    from tests.conftest import cli
+
+    res = cli("probe", "process", "-o", tmp_path / "p.jsonl", "--think", "1", "--think-draw", "gamma")
+    assert res.returncode == 2 and "--think-draw" in res.stderr and "exponential" in res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "p.jsonl").exists()
 
 
 def test_probe_refuses_a_negative_think_time(tmp_path):
