@@ -62,7 +62,9 @@ def test_held_out_style_rollout_with_llm_waits_and_staggered_arrivals(docker_eng
 
 
 @pytest.mark.docker
-def test_a_small_probe_predicts_the_held_out_makespan_and_durations_within_the_targets(docker_engine, tmp_path):
+def test_a_small_probe_predicts_the_held_out_makespan_and_durations_within_the_targets(
+    docker_engine, tmp_path
+):
     # the README recipe at small size: a paced probe (1 s before each command) at 1..16 in
     # flight, calibrate (creates and teardowns shared), then a workload held out in an earlier
     # version (tool 0.2 / 1.0 s, LLM wait 1.0 / 3.0 s, 6 arrivals a second) at 12 in flight, a
