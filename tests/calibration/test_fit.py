@@ -50,6 +50,9 @@ def records(tmp_path, phases, levels=(1,), n=200, seed=0, fail=0.0, name="r.json
 
 
 LOGN = (lambda r: r.lognormal(np.log(0.15), 0.4), 0.0)
+# the 16 creates of a small probe's first level (seconds): most near 0.3, two slow outliers
+OUTLIERS = (2.734, 0.305, 0.287, 0.33, 0.353, 0.288, 0.331, 0.26, 1.517, 0.307, 0.515, 0.366, 0.295, 0.266,
+            0.346, 0.312)  # fmt: skip
 
 
 def test_lognormal_data_selects_lognormal_with_small_quantile_error():
@@ -69,12 +72,9 @@ def test_bimodal_data_selects_the_mixture():
 
 
 def test_a_law_the_ks_test_rejects_is_not_selected_for_its_likelihood():
-    # the 16 creates of a small probe's first level (seconds): most near 0.3, two slow outliers.
-    # A shifted exponential from the minimum has the best AIC but puts the median 44% high, and
+    # OUTLIERS: a shifted exponential from the minimum has the best AIC but puts the median 44% high, and
     # every simulated create with it (a contention curve multiplies the base's median)
-    x = np.array([2.734, 0.305, 0.287, 0.33, 0.353, 0.288, 0.331, 0.26, 1.517, 0.307, 0.515, 0.366,
-                  0.295, 0.266, 0.346, 0.312])  # fmt: skip
-    f = fit_phase(x)
+    f = fit_phase(np.array(OUTLIERS))
     c = f["candidates"]
     assert c["shifted_exponential"]["aic"] < c[f["selected"]]["aic"]  # the likelihood's choice ...
     assert c["shifted_exponential"]["ks_pvalue"] < 0.05  # ... which the KS test rejects
@@ -89,6 +89,19 @@ def test_a_law_the_ks_test_rejects_is_not_selected_for_its_likelihood():
         == max(g, key=lambda k: g[k]["ks_pvalue"])
         != min(g, key=lambda k: g[k]["aic"])
     )
+
+
+def test_calibrate_says_when_the_ks_test_overrode_the_likelihood(tmp_path):
+    slow = iter(OUTLIERS)
+    path = records(tmp_path, {"create": (lambda r: next(slow), 0.0), "exec": LOGN, "teardown": LOGN}, n=16)
+    res = cli("calibrate", path, "-o", tmp_path / "p.yaml")
+    assert res.returncode == 0, res.stderr
+    assert "AIC preferred shifted_exponential, which the KS test rejects" in res.stdout
+    prof = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    assert prof["fits"]["create"]["selected"] != "shifted_exponential"
+    lines = res.stdout.splitlines()
+    after_exec = lines[next(i for i, line in enumerate(lines) if line.startswith("exec")) + 1]
+    assert "preferred" not in after_exec  # exec kept the likelihood's own choice
 
 
 @pytest.mark.parametrize("shared", [False, True])
