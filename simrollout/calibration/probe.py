@@ -105,6 +105,8 @@ class ProbePlan:
 
     def waits(self, level: int, idx: int) -> list[float]:
         """The waits before each of sandbox ``idx``'s commands at ``level``."""
+        if self.think_draw not in THINK_DRAWS:
+            raise ValueError(f"think_draw: expected one of {list(THINK_DRAWS)}, got '{self.think_draw}'")
         if self.think_draw == "fixed" or not self.think:
             return [self.think] * self.commands
         rng = np.random.default_rng((self.seed, level, idx))
