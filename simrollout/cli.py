@@ -605,12 +605,11 @@ def calibrate(
             f"{phase:9s} n={f['n']:<5d} {f['selected']:20s} KS={ks['ks']:.3f} (p={ks['ks_pvalue']:.2f})"
             f"  quantile error {rel}  contention slope {f['contention_slope']:.3f}"
         )
-        cands = f["candidates"]
-        likeliest = min(cands, key=lambda k: cands[k].get(criterion, float("inf")))
-        if likeliest != f["selected"]:
+        preferred = f["criterion_choice"]
+        if preferred != f["selected"]:
             typer.echo(
-                f"{'':9s} {criterion.upper()} preferred {likeliest}, which the KS test rejects "
-                f"(p={cands[likeliest]['ks_pvalue']:.3f})"
+                f"{'':9s} {criterion.upper()} preferred {preferred}, which the KS test rejects "
+                f"(p={f['candidates'][preferred]['ks_pvalue']:.3f})"
             )
         if f.get("contention_weights"):
             weighed = ", ".join(f"{q} {v:.2f}" for q, v in f["contention_weights"].items())

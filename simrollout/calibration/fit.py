@@ -107,8 +107,9 @@ def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
         dist = Constant(value=float(x[0]))
         emp = {k: float(x[0]) for k in QS}
         only = {"constant": {"ks": 0.0, "ks_pvalue": 1.0, "params": dump_dist(dist)}}
-        return {"selected": "constant", "dist": dist, "n": n, "empirical_quantiles": emp,
-                "quantile_rel_error": {k: 0.0 for k in QS}, "candidates": only}  # fmt: skip
+        return {"selected": "constant", "criterion_choice": "constant", "dist": dist, "n": n,
+                "empirical_quantiles": emp, "quantile_rel_error": {k: 0.0 for k in QS},
+                "candidates": only}  # fmt: skip
     cands = {}
     for name, dist, ll, k in _candidates(x):
         if not np.isfinite(ll):
@@ -125,6 +126,7 @@ def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
     # the criterion picks among the candidates the KS test does not reject; when it rejects every
     # one, the least rejected (a likelihood can favour a law that misses the sample's median: a
     # shifted exponential on a few slow outliers)
+    preferred = min(cands, key=lambda c: cands[c][criterion])
     fits = [c for c in cands if cands[c]["ks_pvalue"] >= KS_ALPHA]
     if fits:
         best = min(fits, key=lambda c: cands[c][criterion])
@@ -135,6 +137,7 @@ def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
     rel = {k: float(dist.ppf(q) / emp[k] - 1) for k, q in QS.items()}
     return {
         "selected": best,
+        "criterion_choice": preferred,  # the criterion's own pick, before the KS screen
         "dist": dist,
         "n": n,
         "empirical_quantiles": emp,

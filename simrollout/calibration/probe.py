@@ -103,10 +103,12 @@ class ProbePlan:
     think_draw: str = "fixed"
     seed: int = 0  # the drawn waits: the same plan waits the same
 
-    def waits(self, level: int, idx: int) -> list[float]:
-        """The waits before each of sandbox ``idx``'s commands at ``level``."""
+    def __post_init__(self) -> None:
         if self.think_draw not in THINK_DRAWS:
             raise ValueError(f"think_draw: expected one of {list(THINK_DRAWS)}, got '{self.think_draw}'")
+
+    def waits(self, level: int, idx: int) -> list[float]:
+        """The waits before each of sandbox ``idx``'s commands at ``level``."""
         if self.think_draw == "fixed" or not self.think:
             return [self.think] * self.commands
         rng = np.random.default_rng((self.seed, level, idx))
