@@ -68,15 +68,9 @@ def _counts(d, rng, n, lo: int) -> np.ndarray:
 
 def _sum_by(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Sum consecutive runs of ``values`` of the given lengths (lengths may be zero)."""
-    counts = np.asarray(counts)
-    if counts.size and counts.min() == counts.max() > 0:  # equal runs: one sum per row
-        return values.reshape(counts.size, -1).sum(axis=1, dtype=np.float64)
-    out = np.zeros(counts.size)
-    some = counts > 0
-    if some.any():
-        starts = np.concatenate([[0], np.cumsum(counts[:-1])])[some]
-        out[some] = np.add.reduceat(values, starts, dtype=np.float64)
-    return out
+    idx = np.concatenate([[0], np.cumsum(counts)])
+    csum = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+    return csum[idx[1:]] - csum[idx[:-1]]
 
 
 def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.ndarray]:
@@ -138,40 +132,28 @@ def unloaded_turns(
     overhead, the prefill of what was appended (of the whole context on the first turn and after
     a compaction) in chunks of ``max_batch_tokens``, and the decodes at the growing context. The
     context evolves as in the step engine (``Cell._turn``). Vectorized over trajectories, one
-    pass per turn index (over contiguous rows when every trajectory has as many turns)."""
-    append, output, prompt = tok["step_append"], tok["step_output"], tok["prompt"]
-    m, n = len(steps), int(steps.max(initial=0))
-    ctx = np.zeros(m, dtype=np.int64)  # context after the previous turn (0: none yet)
-    top = max_context or np.iinfo(np.int64).max
-    if m and steps.min() == n:  # equal turns: turn k of every trajectory is row k
-        a2, o2 = append.reshape(m, n).T.copy(), output.reshape(m, n).T.copy()
-        out = np.empty((n, m))
-        for k in range(n):
-            out[k], ctx = _turn_seconds(engine, top, prompt, a2[k], o2[k], ctx)
-        return out.T.ravel()
+    pass per turn index."""
+    it = engine.iteration
     off = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
+    append, output = tok["step_append"], tok["step_output"]
     out_t = np.empty(len(append))
-    for k in range(n):
+    ctx = np.zeros(len(steps), dtype=np.int64)  # context after the previous turn (0: none yet)
+    for k in range(int(steps.max(initial=0))):
         live = np.flatnonzero(steps > k)
         at = off[live] + k
-        out_t[at], ctx[live] = _turn_seconds(engine, top, prompt[live], append[at], output[at], ctx[live])
+        a, o, prev = append[at], output[at], ctx[live]
+        top = np.minimum(max_context or np.iinfo(np.int64).max, engine.kv_capacity_tokens - o)
+        restart = np.minimum(tok["prompt"][live] + a, top)
+        grow = (prev > 0) & (prev + a <= top)
+        c = np.where(grow, prev + a, restart)
+        prefill = np.where(grow, np.maximum(c - prev, 1), np.maximum(c, 1))  # all but the cached prefix
+        chunks = -(-prefill // engine.max_batch_tokens)
+        d = o - 1
+        out_t[at] = (engine.overhead + chunks * it.base + it.prefill_seconds(prefill, c - prefill)
+                     + d * (it.base + it.per_decode + it.per_context_token * c)
+                     + it.per_context_token * d * (d + 1) / 2)  # fmt: skip
+        ctx[live] = c + o
     return out_t
-
-
-def _turn_seconds(engine, top, prompt, a, o, prev) -> tuple[np.ndarray, np.ndarray]:
-    """One turn of each trajectory: its unloaded seconds and the context after it."""
-    it = engine.iteration
-    top = np.minimum(top, engine.kv_capacity_tokens - o)
-    restart = np.minimum(prompt + a, top)
-    grow = (prev > 0) & (prev + a <= top)
-    c = np.where(grow, prev + a, restart)
-    prefill = np.where(grow, np.maximum(c - prev, 1), np.maximum(c, 1))  # all but the cached prefix
-    chunks = -(-prefill // engine.max_batch_tokens)
-    d = o - 1
-    t = (engine.overhead + chunks * it.base + it.prefill_seconds(prefill, c - prefill)
-         + d * (it.base + it.per_decode + it.per_context_token * c)
-         + it.per_context_token * d * (d + 1) / 2)  # fmt: skip
-    return t, c + o
 
 
 def work_bytes(scn: Scenario) -> float:
