@@ -659,9 +659,9 @@ def validate(
     against: Path | None = typer.Option(
         None,
         "--against",
-        help="A recorded validation folder (validation/...): compare its real rollout with "
-        "--profile's simulation of the same workload, running nothing real (its workload and "
-        "levels replace the workload options).",
+        help="A recorded validation folder (validation/...): compare its real rollout (with "
+        "--engine: its agent loop) with --profile's simulation of the same workload, running "
+        "nothing real (its workload and levels replace the workload options).",
     ),  # fmt: skip
 ) -> None:
     """Run a real mini-rollout, simulate the same, and print the difference per metric and target.
@@ -689,19 +689,12 @@ def validate(
     if repeat < 1:
         raise InputError(f"--repeat: expected a positive count of real runs, got {repeat}.")
     if against is not None:
-        if engine or record is not None:
+        if record is not None:
             raise InputError(
-                "--against compares a recorded sandbox rollout with --profile; it takes neither "
-                "--engine nor --record (the record it reads stays as it was)."
+                "--against compares a recorded validation with --profile; it takes no --record "
+                "(the record it reads stays as it was)."
             )
-        from .calibration.validate import recorded_rollout
-
-        scn, real = recorded_rollout(against, profile)
-        runs = real["run"].nunique() if "run" in real else 1
-        title = f"validate: the real rollout recorded in {against} against {profile.name}"
-        if runs > 1:
-            title += f", real: median of {runs} runs"
-        return _conclude(title, "simulated\n(95% range)", compare(real, scn), None, None)
+        return _against(against, profile, engine)
     tool = {"kind": "lognormal", "median": tool_median, "p99": tool_p99}
     if engine:
         extra = _json_option(request_extra, "--request-extra")
@@ -732,6 +725,26 @@ def validate(
     note = _speed_note(speed, "8 sandboxes at once, infrastructure time per trajectory")
     _conclude(title, "simulated\n(95% range)", table, record,
               lambda tmp: keep(tmp, scn, real, table, be, speed), notes=[note])  # fmt: skip
+
+
+def _against(folder: Path, profile: Path, engine: bool) -> None:
+    """``validate --against``: a recorded real run (a sandbox rollout, or with ``engine`` an
+    agent loop) against ``profile``'s simulation of the same workload, nothing real run."""
+    if engine:
+        from .calibration.validate_engine import compare_engine, recorded_agent_loop
+
+        scn, real = recorded_agent_loop(folder, profile)
+        table, simulated, what = compare_engine(real, scn), "simulated", "agent loop"
+    else:
+        from .calibration.validate import compare, recorded_rollout
+
+        scn, real = recorded_rollout(folder, profile)
+        table, simulated, what = compare(real, scn), "simulated\n(95% range)", "rollout"
+    runs = real["run"].nunique() if "run" in real else 1
+    title = f"validate: the real {what} recorded in {folder} against {profile.name}"
+    if runs > 1:
+        title += f", real: median of {runs} runs"
+    _conclude(title, simulated, table, None, None)
 
 
 def _checked_runs(repeat: int, run, check):

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ..errors import InputError
 from ..scenario import Scenario, scenario_from_dict
 from ..workload import draw_work
 from .backends import Backend
@@ -242,29 +243,43 @@ def recorded_rollout(folder: Path, profile: Path) -> tuple[Scenario, pd.DataFram
     """A recorded validation's real rollout (``real.csv``) and its workload (``scenario.yaml``),
     the substrate taken from ``profile``: another profile, or another version of the model,
     against a real run kept in validation/ (which makes that record model-choice data)."""
-    from ..errors import InputError, load_yaml
+
+    def swap(data: dict, where: Path) -> None:
+        if not isinstance(data.get("substrates"), list):
+            raise InputError(f"{where}: expected a recorded scenario with a 'substrates' list.")
+        data["substrates"] = [{"profile": str(profile.resolve())}]
+
+    return read_record(folder, "a sandbox rollout", REAL_COLUMNS, swap)
+
+
+def read_record(folder: Path, what: str, columns, swap) -> tuple[Scenario, pd.DataFrame]:
+    """``scenario.yaml`` and ``real.csv`` of a folder written by ``validate --record`` (``what``
+    it recorded): the scenario after ``swap(data, path)`` puts the profile to compare in it, and
+    the real measurements, checked for ``columns`` and the scenario's levels."""
+    from ..errors import load_yaml
 
     paths = {name: folder / name for name in ("scenario.yaml", "real.csv")}
     for name, path in paths.items():
         if not path.is_file():
             raise InputError(
                 f"--against {folder}: no {name} there; expected a folder written by "
-                "'simrollout validate --record' (scenario.yaml and real.csv of a sandbox rollout)."
+                f"'simrollout validate --record' (scenario.yaml and real.csv of {what})."
             )
     data, _ = load_yaml(paths["scenario.yaml"])
-    if not isinstance(data, dict) or not isinstance(data.get("substrates"), list):
-        raise InputError(f"{paths['scenario.yaml']}: expected a recorded scenario with a 'substrates' list.")
-    data["substrates"] = [{"profile": str(profile.resolve())}]
+    if not isinstance(data, dict):
+        raise InputError(f"{paths['scenario.yaml']}: expected a recorded scenario (a mapping).")
+    swap(data, paths["scenario.yaml"])
     scn = scenario_from_dict(data, paths["scenario.yaml"])
     try:
         real = pd.read_csv(paths["real.csv"])
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InputError(f"{paths['real.csv']}: not a CSV table ({exc}).") from None
-    missing = [c for c in REAL_COLUMNS if c not in real]
+    missing = [c for c in columns if c not in real]
     if missing:
         raise InputError(
-            f"{paths['real.csv']}: missing column(s) {', '.join(missing)}; expected one row per real "
-            f"trajectory with {', '.join(REAL_COLUMNS)}."
+            f"{paths['real.csv']}: missing column(s) {', '.join(missing)}; expected the real "
+            f"measurements of {what} with {', '.join(columns)} (an engine's agent loop is read "
+            "with --engine, a sandbox rollout without)."
         )
     levels, want = sorted(set(real.concurrency.tolist())), sorted(scn.cluster.levels)
     if levels != want:

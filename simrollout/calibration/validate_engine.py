@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..errors import InputError
 from ..scenario import Scenario, scenario_from_dict
 from ..workload import draw_work
 from .engine_probe import Server, text
@@ -166,6 +167,28 @@ def compare_engine(real: pd.DataFrame, scn: Scenario) -> pd.DataFrame:
                         "target_pct": TARGETS[m], "real_min": min(vals), "real_max": max(vals),
                         "runs": len(vals)})  # fmt: skip
     return pd.DataFrame(out)
+
+
+REAL_COLUMNS = ("concurrency", "trajectory", "step", "start", "latency")
+
+
+def recorded_agent_loop(folder: Path, profile: Path) -> tuple[Scenario, pd.DataFrame]:
+    """A recorded engine validation's real agent loop (``real.csv``) and its workload
+    (``scenario.yaml``), served by the engine of ``profile`` (which makes that record
+    model-choice data)."""
+    from .validate import read_record
+
+    def swap(data: dict, where: Path) -> None:
+        inf = (data.get("cluster") or {}).get("inference")
+        if not isinstance(inf, dict) or "profile" not in inf:
+            raise InputError(
+                f"{where}: expected a recorded agent loop (validate --engine --record) with "
+                "cluster.inference.profile; a sandbox rollout's record is read without --engine."
+            )
+        inf["profile"] = str(profile.resolve())
+        inf.pop("engine", None)
+
+    return read_record(folder, "an engine's agent loop", REAL_COLUMNS, swap)
 
 
 def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame, server: Server,

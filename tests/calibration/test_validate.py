@@ -245,8 +245,10 @@ def test_against_refuses_a_folder_without_a_record_and_other_modes(tmp_path, roo
     proc = cli("validate", "--profile", profile, "--against", str(folder))
     assert proc.returncode == 2 and "no real.csv there" in proc.stderr and "Traceback" not in proc.stderr
     (folder / "kept.csv").rename(folder / "real.csv")
+    proc = cli("validate", "--profile", profile, "--against", str(folder), "--record", str(tmp_path / "r"))
+    assert proc.returncode == 2 and "takes no --record" in proc.stderr
     proc = cli("validate", "--profile", profile, "--against", str(folder), "--engine")
-    assert proc.returncode == 2 and "neither --engine nor --record" in proc.stderr
+    assert proc.returncode == 2 and "record is read without --engine" in proc.stderr
     (folder / "real.csv").write_text("concurrency,trajectory,start\n2,0,0.0\n")
     proc = cli("validate", "--profile", profile, "--against", str(folder))
     assert proc.returncode == 2 and "missing column(s) cold, end, llm, tool" in proc.stderr

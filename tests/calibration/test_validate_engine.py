@@ -41,3 +41,49 @@ def test_speed_check_reads_the_engines_drift_from_its_profile(factor):
     assert got["drift_pct"] == pytest.approx(100 * (factor - 1), abs=1e-6)
     # fresh text for every request: nothing the server cached serves it
     assert len(set(server.prompts)) == len(server.prompts) > 1
+
+
+def _slower_engine(path, out, factor: float):
+    """The engine profile at ``path`` with every iteration cost and the overhead ``factor`` x."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    eng = data["engine"]
+    eng["iteration"] = {k: v * factor for k, v in eng["iteration"].items()}
+    eng["overhead"] *= factor
+    out.write_text(yaml.safe_dump(data))
+    return out
+
+
+def test_against_compares_a_recorded_agent_loop_with_the_given_engine_profile(tmp_path):
+    import pandas as pd
+
+    from simrollout.calibration.validate_engine import compare_engine, recorded_agent_loop
+
+    folder = ROOT / "validation" / "engine-llama-cpp-sitting-5"
+    profile = ROOT / "calibration" / "engines" / "llama-cpp-tiny-f.yaml"
+    scn, real = recorded_agent_loop(folder, profile)
+    assert scn.cluster.levels == [1, 4, 8] and scn.trajectories == 16 and real["run"].nunique() == 3
+    same = compare_engine(real, scn).set_index(["concurrency", "metric"])
+    kept = pd.read_csv(folder / "comparison.csv").set_index(["concurrency", "metric"])
+    assert (same.real - kept.real).abs().max() < 1e-9  # the real side is the record's
+    # an engine twice as slow: the same record, every simulated latency about twice as long
+    scn2, _ = recorded_agent_loop(folder, _slower_engine(profile, tmp_path / "slow.yaml", 2.0))
+    slow = compare_engine(real, scn2).set_index(["concurrency", "metric"])
+    ratio = slow.simulated / same.simulated
+    assert ((ratio > 1.6) & (ratio < 2.4)).all(), ratio
+
+
+def test_against_refuses_an_engine_record_read_as_a_sandbox_rollout_and_the_reverse():
+    from tests.conftest import cli
+
+    engine_record = str(ROOT / "validation" / "engine-llama-cpp-sitting-5")
+    proc = cli("validate", "--profile", str(ROOT / "calibration/profiles/docker-local.yaml"),
+               "--against", engine_record)  # fmt: skip
+    assert proc.returncode == 2 and "missing column(s) cold, end, llm, tool" in proc.stderr
+    assert "read with --engine" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli("validate", "--engine", "--profile", str(PROFILE), "--against",
+               str(ROOT / "validation" / "docker-heldout-10"))  # fmt: skip
+    assert (
+        proc.returncode == 2 and "cluster.inference.profile" in proc.stderr and "Traceback" not in proc.stderr
+    )
