@@ -187,7 +187,7 @@ def test_drawn_think_times_spread_sandboxes_that_started_together(tmp_path):
                            for k in range(40)])  # fmt: skip
     assert abs(many.mean() / 0.2 - 1) < 0.1 and np.std(many) / many.mean() > 0.8  # exponential: CV 1
     with pytest.raises(ValueError, match="think_draw"):
-        ProbePlan(think=0.2, think_draw="gamma").waits(1, 0)
+        ProbePlan(think=0.2, think_draw="gamma")  # refused when the plan is made
     out = tmp_path / "drawn.jsonl"
     probe(get_backend("process"), plan, out)
     recs = read_records([out])
