@@ -3,10 +3,7 @@
 #   - builds llama.cpp's llama-server from the source vendored in the llama-cpp-python sdist
 #     (from the package registry; about 10 minutes on 2 cores, once: the build is cached);
 #   - writes a small llama model with random weights (scripts/tiny_gguf.py, the gguf package);
-#   - serves it with 8 parallel slots on 127.0.0.1:$SIMROLLOUT_LLAMA_PORT (8089) and waits for it,
-#     from one KV pool of 8 x 2,048 tokens shared by the slots (--kv-unified: a batch is one forward
-#     pass, as in vLLM or SGLang; with a KV stream per slot, llama.cpp's default, it is one pass per
-#     run of consecutive slots, see validation/README.md).
+#   - serves it with 8 parallel slots on 127.0.0.1:$SIMROLLOUT_LLAMA_PORT (8089) and waits for it.
 # Prints the base URL. Stop it with: pkill -f simrollout-tiny.gguf
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +30,7 @@ if [ ! -x "$BIN" ]; then
 fi
 [ -f "$MODEL" ] || python scripts/tiny_gguf.py "$MODEL"
 nohup env LD_LIBRARY_PATH="$DIR/build/bin" "$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" \
-  -np 8 --kv-unified --kv-unified-per-slot 2048 -t "$(nproc)" --cache-ram 0 >"$DIR/server.log" 2>&1 &
+  -c 16384 -np 8 -t "$(nproc)" --cache-ram 0 >"$DIR/server.log" 2>&1 &
 for _ in $(seq 1 120); do
   curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
   sleep 1
