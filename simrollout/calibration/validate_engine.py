@@ -25,6 +25,8 @@ from ..workload import draw_work
 from .engine_probe import Server, text
 
 TARGETS = {"request_p50": 10, "request_p99": 10, "makespan": 10}
+# shown beside the targets, without one: where a request's time goes (first token, then each next)
+PARTS = ("ttft_p50", "tpot_p50")
 
 
 def agent_scenario(
@@ -135,16 +137,24 @@ def speed_check(server: Server, scn: Scenario, extra: dict | None, label: str, s
     return {"check": label, "at": time.time(), "real": a, "profile": b, "drift_pct": 100 * (a / b - 1)}
 
 
-def _metrics(requests: np.ndarray, makespan: float) -> dict[str, float]:
-    return {
-        "request_p50": float(np.percentile(requests, 50)),
-        "request_p99": float(np.percentile(requests, 99)),
-        "makespan": makespan,
+def _metrics(run: pd.DataFrame) -> dict[str, float]:
+    """One real run at one level: its requests' latency percentiles, makespan, and the medians
+    of time to first token and time per output token after it."""
+    req = run[run.step >= 0]
+    out = {
+        "request_p50": float(np.percentile(req.latency, 50)),
+        "request_p99": float(np.percentile(req.latency, 99)),
+        "makespan": float(run[run.step < 0].start.max()),
+        "ttft_p50": float(np.median(req.ttft)),
     }
+    more = req[req.output_tokens > 1]
+    out["tpot_p50"] = float(np.median((more.latency - more.ttft) / (more.output_tokens - 1)))
+    return out
 
 
 def compare_engine(real: pd.DataFrame, scn: Scenario) -> pd.DataFrame:
-    """Per level: the real and simulated request latency p50/p99 and makespan. With repeated
+    """Per level: the real and simulated request latency p50/p99 and makespan (with targets),
+    and the medians of time to first token and time per output token (without). With repeated
     real runs (column ``run``), the real figure is their median and ``real_min``/``real_max``
     their spread (the engine's own run-to-run noise)."""
     from ..executors import run_scenario
@@ -154,22 +164,22 @@ def compare_engine(real: pd.DataFrame, scn: Scenario) -> pd.DataFrame:
         real = real.assign(run=0)
     out = []
     for level in scn.cluster.levels:
-        per_run = [_metrics(r[r.step >= 0].latency.to_numpy(), float(r[r.step < 0].start.max()))
-                   for _, r in real[real.concurrency == level].groupby("run")]  # fmt: skip
+        per_run = [_metrics(r) for _, r in real[real.concurrency == level].groupby("run")]
         row = res.summary[res.summary.concurrency == level].iloc[0]
         sim = {"request_p50": row.llm_request_p50, "request_p99": row.llm_request_p99,
-               "makespan": row.makespan_hours * 3600}  # fmt: skip
+               "makespan": row.makespan_hours * 3600, "ttft_p50": row.ttft_p50,
+               "tpot_p50": row.tpot_p50}  # fmt: skip
         for m in per_run[0]:
             vals = [g[m] for g in per_run]
             a, b = float(np.median(vals)), float(sim[m])
             diff = 100 * (b - a) / a if a else float("nan")
             out.append({"concurrency": level, "metric": m, "real": a, "simulated": b, "diff_pct": diff,
-                        "target_pct": TARGETS[m], "real_min": min(vals), "real_max": max(vals),
+                        "target_pct": TARGETS.get(m), "real_min": min(vals), "real_max": max(vals),
                         "runs": len(vals)})  # fmt: skip
     return pd.DataFrame(out)
 
 
-REAL_COLUMNS = ("concurrency", "trajectory", "step", "start", "latency")
+REAL_COLUMNS = ("concurrency", "trajectory", "step", "start", "latency", "ttft", "output_tokens")
 
 
 def recorded_agent_loop(folder: Path, profile: Path) -> tuple[Scenario, pd.DataFrame]:

@@ -87,3 +87,36 @@ def test_against_refuses_an_engine_record_read_as_a_sandbox_rollout_and_the_reve
     assert (
         proc.returncode == 2 and "cluster.inference.profile" in proc.stderr and "Traceback" not in proc.stderr
     )
+
+
+def test_the_table_shows_where_a_request_goes_without_targets_for_it():
+    """Beside the targets, the medians of time to first token and per output token: the real
+    side computed per run from the record, and never counted as a missed target."""
+    import numpy as np
+    import pandas as pd
+
+    from simrollout.calibration.validate_engine import compare_engine, recorded_agent_loop
+    from tests.conftest import cli
+
+    folder = ROOT / "validation" / "engine-llama-cpp-sitting-9"
+    profile = ROOT / "calibration" / "engines" / "llama-cpp-tiny-j.yaml"
+    scn, real = recorded_agent_loop(folder, profile)
+    table = compare_engine(real, scn).set_index(["concurrency", "metric"])
+    req = real[(real.step >= 0) & (real.concurrency == 8)]
+    by_run = req.groupby("run")
+    ttft = np.median([g.ttft.median() for _, g in by_run])
+    tpot = np.median([((g.latency - g.ttft) / (g.output_tokens - 1)).median() for _, g in by_run])
+    assert table.loc[(8, "ttft_p50"), "real"] == pytest.approx(ttft, rel=1e-12)
+    assert table.loc[(8, "tpot_p50"), "real"] == pytest.approx(tpot, rel=1e-12)
+    assert table.loc[(8, "request_p50"), "real"] == pytest.approx(
+        np.median([g.latency.quantile(0.5) for _, g in by_run]), rel=1e-12
+    )
+    parts = table.xs("tpot_p50", level="metric")
+    assert parts.target_pct.isna().all() and (parts.simulated > 0).all()
+    # the record's one missed target (p50 at 8 in flight); the parts' larger misses do not count
+    assert abs(table.loc[(8, "tpot_p50"), "diff_pct"]) > abs(table.loc[(8, "request_p50"), "diff_pct"]) > 10
+    proc = cli("validate", "--engine", "--profile", str(profile), "--against", str(folder))
+    assert proc.returncode == 1 and "1 target(s) missed" in proc.stderr, proc.stderr
+    assert "ttft_p50" in proc.stdout and "tpot_p50" in proc.stdout
+    kept = pd.read_csv(folder / "comparison.csv").set_index(["concurrency", "metric"])
+    assert (table.loc[kept.index].real - kept.real).abs().max() < 1e-9
