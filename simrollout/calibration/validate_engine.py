@@ -25,8 +25,6 @@ from ..workload import draw_work
 from .engine_probe import Server, text
 
 TARGETS = {"request_p50": 10, "request_p99": 10, "makespan": 10}
-# shown beside the targets, without one: where a request's time goes (first token, then each next)
-PARTS = ("ttft_p50", "tpot_p50")
 
 
 def agent_scenario(
