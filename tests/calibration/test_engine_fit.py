@@ -160,12 +160,15 @@ def test_validate_engine_compares_with_the_median_of_repeated_real_runs():
                          {"kind": "lognormal", "median": 0.05, "p99": 0.5})  # fmt: skip
     rows = []
     for run, (lat, end) in enumerate([(1.0, 10.0), (3.0, 30.0), (2.0, 50.0)]):  # three real runs
-        rows += [{"concurrency": 1, "trajectory": i, "step": s, "start": 0.0, "latency": lat, "run": run}
-                 for i in range(2) for s in range(3)]  # fmt: skip
-        rows += [{"concurrency": 1, "trajectory": i, "step": -1, "start": end, "latency": 0.0, "run": run}
-                 for i in range(2)]  # fmt: skip
+        rows += [{"concurrency": 1, "trajectory": i, "step": s, "start": 0.0, "latency": lat, "run": run,
+                  "ttft": lat / 4, "output_tokens": 8} for i in range(2) for s in range(3)]  # fmt: skip
+        rows += [{"concurrency": 1, "trajectory": i, "step": -1, "start": end, "latency": 0.0, "run": run,
+                  "ttft": 0.0, "output_tokens": 0} for i in range(2)]  # fmt: skip
     table = compare_engine(pd.DataFrame(rows), scn).set_index("metric")
     assert table.loc["request_p50", "real"] == 2.0 and table.loc["makespan", "real"] == 30.0
+    # where a request goes, without a target: first token, then each of the 7 after it
+    assert table.loc["ttft_p50", "real"] == 0.5 and table.loc["tpot_p50", "real"] == pytest.approx(1.5 / 7)
+    assert table.loc[["ttft_p50", "tpot_p50"], "target_pct"].isna().all()
     assert (table.loc["makespan", "real_min"], table.loc["makespan", "real_max"]) == (10.0, 50.0)
     assert (table.runs == 3).all()
     sim = table.loc["makespan", "simulated"]
