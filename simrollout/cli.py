@@ -631,7 +631,9 @@ def validate(
     backend: str = typer.Option("docker", help="Backend to run the real mini-rollout on."),
     trajectories: int = typer.Option(None, help="Trajectories per concurrency level (64; --engine: 16)."),
     steps: int = typer.Option(None, help="Commands (--engine: turns) per trajectory (20; --engine: 6)."),
-    concurrency: str = typer.Option(None, help="Comma-separated levels (1,8,32; --engine: 1,4,8)."),
+    concurrency: str = typer.Option(
+        None, help="Comma-separated levels (1,8,32; --engine: 1,4,8; --iterations: 1,2,4,8)."
+    ),
     tool_median: float = typer.Option(0.05, help="Median of the lognormal command duration, s."),
     tool_p99: float = typer.Option(0.5, help="p99 of the lognormal command duration, s."),
     held_out: bool = typer.Option(
@@ -656,6 +658,13 @@ def validate(
         1,
         help="Real runs of the rollout (--engine: of the agent loop), compared by their median.",
     ),
+    iterations: bool = typer.Option(
+        False,
+        "--iterations",
+        help="With --engine: time single iterations on the server (decode batches of --concurrency "
+        "requests, default 1,2,4,8, at three contexts; prefills mixed with decodes) beside "
+        "--profile's cost for each; no agent loop.",
+    ),  # fmt: skip
     against: Path | None = typer.Option(
         None,
         "--against",
@@ -675,7 +684,7 @@ def validate(
 
     trajectories = trajectories if trajectories is not None else (16 if engine else 64)
     steps = steps if steps is not None else (6 if engine else 20)
-    concurrency = concurrency or ("1,4,8" if engine else "1,8,32")
+    concurrency = concurrency or ("1,2,4,8" if iterations else "1,4,8" if engine else "1,8,32")
     try:
         levels = [int(c) for c in concurrency.split(",")]
         assert all(c > 0 for c in levels) and trajectories > 0 and steps > 0
@@ -696,6 +705,11 @@ def validate(
             )
         return _against(against, profile, engine)
     tool = {"kind": "lognormal", "median": tool_median, "p99": tool_p99}
+    if iterations and not engine:
+        raise InputError("--iterations checks an engine profile: give it with --engine.")
+    if engine and iterations:
+        extra = _json_option(request_extra, "--request-extra")
+        return _validate_iterations(profile, base_url, model, levels, seed, record, extra)
     if engine:
         extra = _json_option(request_extra, "--request-extra")
         return _validate_engine(
@@ -839,6 +853,38 @@ def _validate_engine(
     _conclude(title, "simulated", table, record,
               lambda tmp: keep(tmp, scn, real, table, server, extra, profile, record, speed),
               notes=[note])  # fmt: skip
+
+
+def _validate_iterations(profile, base_url, model, levels, seed, record, extra) -> None:
+    """``validate --engine --iterations``: single iterations on a real server vs the profile's."""
+    import json
+
+    from .calibration.engine_probe import Server
+    from .calibration.iteration_check import IterationPlan, iteration_check
+    from .scenario import Engine, load_engine_profile
+
+    if not base_url:
+        raise InputError("validate --engine --iterations: give --base-url of the server.")
+    engine = Engine.model_validate(load_engine_profile(profile).engine)
+    server = Server(base_url, model)
+    plan = IterationPlan(decodes=tuple(levels), seed=seed)
+    table = iteration_check(server, engine, plan, extra)
+    if table.empty:
+        raise InputError(
+            f"{base_url}: no iteration could be timed (every round's text was held back or a decode "
+            "ended first); give --request-extra a logit_bias that keeps the output to whole characters."
+        )
+
+    def keep(tmp: Path) -> None:
+        table.to_csv(tmp / "iterations.csv", index=False)
+        info = {"profile": profile.name, "server": server.info(), "plan": plan.__dict__,
+                "request_extra": sorted(extra)}  # fmt: skip
+        (tmp / "iterations.json").write_text(json.dumps(info, indent=2, default=list))
+
+    note = ("in flight: requests in the batch; real: the median of the rounds (their range); "
+            "no targets: this says where an agent-loop miss sits, iteration costs or batching.")  # fmt: skip
+    title = f"validate --engine --iterations: {base_url} against {profile.name}"
+    _conclude(title, "profile", table, record, keep, notes=[note])
 
 
 class Interrupted(BaseException):

@@ -121,8 +121,9 @@ class Server:
                 "OpenAI-compatible server. Nothing was written."
             )
 
-    def complete(self, prompt: str, output: int, extra: dict) -> dict:
-        """Stream one completion; returns ttft, end, token counts (server-reported where given)."""
+    def complete(self, prompt: str, output: int, extra: dict, times: list[float] | None = None) -> dict:
+        """Stream one completion; returns ttft, end, token counts (server-reported where given).
+        ``times``, if given, receives the ``perf_counter`` of every piece of text as it comes."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": output, "temperature": 0.0,
                 "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True},
                 "cache_prompt": True, **extra}  # fmt: skip
@@ -150,6 +151,8 @@ class Server:
                     if ch.get("text"):
                         chunks += 1
                         pieces.append(ch["text"])
+                        if times is not None:
+                            times.append(time.perf_counter())
                         if first is None:
                             first = time.perf_counter()
         end = time.perf_counter()

@@ -1,0 +1,57 @@
+"""Single iterations timed on the real engine (llama.cpp's server, the tiny model) beside a
+profile's cost for them: `validate --engine --iterations`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+
+from simrollout.scenario import Engine, load_engine_profile
+from tests.conftest import ROOT, cli
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from tiny_gguf import ascii_only_bias  # noqa: E402
+
+PROFILE = ROOT / "calibration" / "engines" / "llama-cpp-tiny-j.yaml"
+
+
+def test_iterations_timed_on_the_server_beside_the_profile(llama_server, tmp_path):
+    res = cli("validate", "--engine", "--iterations", "--profile", PROFILE, "--base-url", llama_server,
+              "--model", "tiny", "--concurrency", "1,2", "--request-extra",
+              json.dumps({"logit_bias": ascii_only_bias()}), "--record", tmp_path / "rec")  # fmt: skip
+    assert res.returncode == 0, res.stderr  # no targets: a check never fails on a difference
+    table = pd.read_csv(tmp_path / "rec" / "iterations.csv")
+    info = json.loads((tmp_path / "rec" / "iterations.json").read_text())
+    assert info["profile"] == PROFILE.name and info["plan"]["decodes"] == [1, 2]
+    it = Engine.model_validate(load_engine_profile(PROFILE).engine).iteration
+    decode = table[table.metric.str.startswith("decode")]
+    assert sorted(decode.metric.unique()) == [
+        "decode, 1024 cached",
+        "decode, 16 cached",
+        "decode, 512 cached",
+    ]
+    for r in decode.itertuples():
+        context = int(r.metric.split()[1])
+        # the warm-up put each prompt in the server's cache: the batch ran decodes, no prefill
+        assert r.cached_min >= context, r
+        # the profile's iteration for d decodes whose contexts are the prompt, its suffix and
+        # half the output (48), as the server counted them (it adds a token or two)
+        d = r.concurrency
+        assert it(0, d, d * (context + 8 + 24)) <= r.simulated <= it(0, d, d * (context + 8 + 24 + 4)), r
+        assert r.real_min <= r.real <= r.real_max and r.runs >= 2, r
+    mixed = table[table.metric.str.startswith("mixed")]
+    assert set(mixed.metric) == {"mixed, +96 after 512", "mixed, +384 after 512"}
+    assert (mixed.concurrency == 2).all()
+    lone = decode[(decode.concurrency == 1) & (decode.metric == "decode, 512 cached")].real.iloc[0]
+    by_new = mixed.set_index("metric").real
+    # a prefill in the iteration makes the decode's gap longer than its lone iterations, and a
+    # longer prefill longer still
+    assert lone < by_new["mixed, +96 after 512"] < by_new["mixed, +384 after 512"], table
+    assert "decode, 512 cached" in res.stdout and "no targets" in res.stdout
+
+
+def test_iterations_need_an_engine():
+    res = cli("validate", "--iterations", "--profile", PROFILE)
+    assert res.returncode == 2 and "give it with --engine" in res.stderr and "Traceback" not in res.stderr
