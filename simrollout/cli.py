@@ -365,6 +365,9 @@ def probe(
         0, help="openai: requests per level and prompt length (0: max(8, 2 x level))."
     ),
     request_extra: str = typer.Option("{}", help="openai: extra request fields as JSON (e.g. logit_bias)."),
+    pin_slots: bool = typer.Option(
+        False, "--pin-slots", help="openai, llama.cpp's server: each client keeps to its own slot (id_slot)."
+    ),
 ) -> None:
     """Time create, exec, file transfer and teardown of real sandboxes (or, with ``openai``, the
     first token and the output tokens of an OpenAI-compatible server); append JSONL records."""
@@ -372,7 +375,7 @@ def probe(
 
     if backend == "openai":
         return _probe_openai(
-            out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra
+            out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots
         )
 
     from .calibration.backends import get_backend
@@ -453,7 +456,9 @@ def _json_option(text: str, option: str) -> dict:
     return value
 
 
-def _probe_openai(out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra) -> None:
+def _probe_openai(
+    out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots=False
+) -> None:
     """``probe openai``: time an OpenAI-compatible server (simrollout.calibration.engine_probe)."""
     import datetime as dt
 
@@ -472,7 +477,8 @@ def _probe_openai(out, concurrency, base_url, model, prompts, output_tokens, req
     if out.is_dir():
         raise InputError(f"-o {out}: is a directory; expected a JSONL file to append probe records to.")
     extra = _json_option(request_extra, "--request-extra")
-    plan = EnginePlan(levels=levels, prompts=lengths, output=output_tokens, requests=requests, extra=extra)
+    plan = EnginePlan(levels=levels, prompts=lengths, output=output_tokens, requests=requests, extra=extra,
+                      pin_slots=pin_slots)  # fmt: skip
     counts = {"ok": 0, "failed": 0}
 
     def seen(rec) -> None:
@@ -654,6 +660,12 @@ def validate(
     base_url: str | None = typer.Option(None, help="--engine: the server's URL."),
     model: str = typer.Option("default", help="--engine: the model name."),
     request_extra: str = typer.Option("{}", help="--engine: extra request fields as JSON."),
+    pin_slots: bool = typer.Option(
+        False,
+        "--pin-slots",
+        help="--engine, llama.cpp's server: each of c clients keeps to its own slot of 0..c-1 "
+        "(id_slot), so a batch is one forward pass as in the engine model.",
+    ),  # fmt: skip
     repeat: int = typer.Option(
         1,
         help="Real runs of the rollout (--engine: of the agent loop), compared by their median.",
@@ -709,11 +721,22 @@ def validate(
         raise InputError("--iterations checks an engine profile: give it with --engine.")
     if engine and iterations:
         extra = _json_option(request_extra, "--request-extra")
-        return _validate_iterations(profile, base_url, model, levels, seed, record, extra)
+        return _validate_iterations(profile, base_url, model, levels, seed, record, extra, pin_slots)
     if engine:
         extra = _json_option(request_extra, "--request-extra")
         return _validate_engine(
-            profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra, repeat
+            profile,
+            base_url,
+            model,
+            trajectories,
+            steps,
+            levels,
+            tool,
+            seed,
+            record,
+            extra,
+            repeat,
+            pin_slots,
         )
     llm, rate = 0, None
     if held_out:
@@ -824,7 +847,7 @@ def _conclude(title: str, simulated: str, table, record: Path | None, keep, note
 
 
 def _validate_engine(
-    profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra, repeat=1
+    profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra, repeat=1, pin=False
 ) -> None:
     """``validate --engine``: the agent loop on a real server vs its simulation."""
     from .calibration.engine_probe import Server
@@ -841,7 +864,7 @@ def _validate_engine(
     server = Server(base_url, model)
     runs, speed = _checked_runs(
         repeat,
-        lambda k: real_agent_loop(server, scn, seed, extra, run=k),
+        lambda k: real_agent_loop(server, scn, seed, extra, run=k, pin=pin),
         lambda at: speed_check(server, scn, extra, at, seed),
     )
     real = pd.concat(runs)
@@ -851,11 +874,11 @@ def _validate_engine(
         title += f", real: median of {repeat} runs"
     note = _speed_note(speed, "lone 128-token requests, latency")
     _conclude(title, "simulated", table, record,
-              lambda tmp: keep(tmp, scn, real, table, server, extra, profile, record, speed),
+              lambda tmp: keep(tmp, scn, real, table, server, extra, profile, record, speed, pin),
               notes=[note])  # fmt: skip
 
 
-def _validate_iterations(profile, base_url, model, levels, seed, record, extra) -> None:
+def _validate_iterations(profile, base_url, model, levels, seed, record, extra, pin_slots=False) -> None:
     """``validate --engine --iterations``: single iterations on a real server vs the profile's."""
     import json
 
@@ -867,7 +890,7 @@ def _validate_iterations(profile, base_url, model, levels, seed, record, extra) 
         raise InputError("validate --engine --iterations: give --base-url of the server.")
     engine = Engine.model_validate(load_engine_profile(profile).engine)
     server = Server(base_url, model)
-    plan = IterationPlan(decodes=tuple(levels), seed=seed)
+    plan = IterationPlan(decodes=tuple(levels), seed=seed, pin_slots=pin_slots)
     table = iteration_check(server, engine, plan, extra)
     if table.empty:
         raise InputError(

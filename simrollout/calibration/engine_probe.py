@@ -54,6 +54,7 @@ class EngineRecord:
     chunks: int | None = None  # streamed pieces of text; fewer than the tokens: some were held back
     slots: int | None = None  # requests the server runs at once, if it says (llama.cpp /props)
     slot_context: int | None = None  # tokens of KV cache per slot, if it says
+    slot: int | None = None  # the slot the request was pinned to (``pin_slots``), else None
 
 
 @dataclass
@@ -67,12 +68,35 @@ class EnginePlan:
     shared_prefix: int = 1024  # tokens of the prefix shared by the pairs (0: no pairs)
     pairs: int = 4
     timeout: float = 300.0
+    pin_slots: bool = False  # each client keeps to one slot (llama.cpp's ``id_slot``; see Lanes)
     seed: int | None = None  # of the prompt texts; None: from the run id (never a repeated prompt,
     # which a server's prompt cache would serve without a prefill)
     extra: dict = field(default_factory=dict)
 
     def count(self, level: int) -> int:
         return self.requests or max(8, 2 * level)
+
+
+class Lanes:
+    """Pins each worker thread of one pool to its own slot of a llama.cpp server (``id_slot``:
+    0, 1, ... in the order the threads first ask), or, with ``pin`` off, leaves the server to
+    choose. With a KV stream per slot (llama.cpp's default) a batch costs one forward pass per run
+    of consecutive slots, and which slots an unpinned request gets depends on the server's whole
+    history; pinned, ``c`` clients use slots ``0..c-1``, as an engine that batches in one pass."""
+
+    def __init__(self, pin: bool):
+        self.pin, self._ids, self._lock = pin, {}, threading.Lock()
+
+    def slot(self) -> int | None:
+        if not self.pin:
+            return None
+        with self._lock:
+            return self._ids.setdefault(threading.get_ident(), len(self._ids))
+
+    def extra(self, extra: dict, slot: int | None = None) -> dict:
+        """``extra`` with this thread's slot (or ``slot``) when pinning."""
+        slot = self.slot() if slot is None else slot
+        return extra if not self.pin or slot is None else {**extra, "id_slot": slot}
 
 
 class Server:
@@ -193,12 +217,14 @@ def probe_engine(
     writer = RecordWriter(out)
     stop = threading.Event()
 
-    def one(level: int, idx: int, prompt: str, mode: str, length: int, output: int | None = None) -> None:
+    def one(level: int, idx: int, prompt: str, mode: str, length: int, lanes: Lanes,
+            output: int | None = None) -> None:  # fmt: skip
         if stop.is_set():
             return
         t0 = time.time()
+        slot = lanes.slot()
         try:
-            res, err = server.complete(prompt, output or plan.output, plan.extra), None
+            res, err = server.complete(prompt, output or plan.output, lanes.extra(plan.extra, slot)), None
         except Exception as exc:  # recorded, never lost
             res, err = {}, exc
         if res and res["chunks"] < res["output_tokens"]:
@@ -208,7 +234,7 @@ def probe_engine(
         rec = EngineRecord(
             **base, start=t0, latency=res.get("end", time.time() - t0), concurrency=level, mode=mode,
             ok=err is None, error=None if err is None else f"{type(err).__name__}: {err}"[:300],
-            sandbox=idx, prompt_length=length,
+            sandbox=idx, prompt_length=length, slot=slot,
             prompt_tokens=res.get("prompt_tokens") or (len(prompt) if err is None else None),
             output_tokens=res.get("output_tokens"), cached_tokens=res.get("cached_tokens"),
             ttft=res.get("ttft"), chunks=res.get("chunks"),
@@ -224,9 +250,11 @@ def probe_engine(
             jobs = [(p, i) for i in range(plan.count(level)) for p in plan.prompts]
             rng.shuffle(jobs)
             prompts = [(text(p, rng), p) for p, _ in jobs]
+            lanes = Lanes(plan.pin_slots)
             with ThreadPoolExecutor(level) as pool:
                 futures = [
-                    pool.submit(one, level, k, text_, "plain", p) for k, (text_, p) in enumerate(prompts)
+                    pool.submit(one, level, k, text_, "plain", p, lanes)
+                    for k, (text_, p) in enumerate(prompts)
                 ]
                 try:
                     for f in futures:
@@ -235,16 +263,18 @@ def probe_engine(
                     stop.set()
                     raise
             for _ in range(plan.decode_rounds if plan.decode_output else 0):
+                lanes = Lanes(plan.pin_slots)
                 with ThreadPoolExecutor(level) as pool:  # decodes alone: short prompts started together
-                    futures = [pool.submit(one, level, k, text(16, rng), "decode", 16, plan.decode_output)
-                               for k in range(level)]  # fmt: skip
+                    futures = [pool.submit(one, level, k, text(16, rng), "decode", 16, lanes,
+                                           plan.decode_output) for k in range(level)]  # fmt: skip
                     for f in futures:
                         f.result()
         if plan.shared_prefix:  # pairs, one after the other: the second finds the prefix cached
+            lanes = Lanes(plan.pin_slots)
             for k in range(plan.pairs):
                 prefix = text(plan.shared_prefix, rng)
                 for j in range(2):
-                    one(1, 2 * k + j, prefix + text(32, rng), "shared_prefix", plan.shared_prefix + 32)
+                    one(1, 2 * k + j, prefix + text(32, rng), "shared_prefix", plan.shared_prefix + 32, lanes)
     finally:
         stop.set()
         writer.close()

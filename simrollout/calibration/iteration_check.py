@@ -7,6 +7,8 @@ a miss sits: in what one iteration costs, or in how the loop's requests meet in 
   once with one output token first, so the prefix cache has it), started together with a few
   new tokens each. Every token after the first is one iteration of ``d`` decodes over their
   contexts: the median time per output token.
+- A resumed turn: one request alone with ``new`` tokens after a prompt the server holds; its
+  time to first token is the profile's overhead and one prefill iteration.
 - A mixed batch: ``d - 1`` such decodes running, then one request with ``new`` tokens after a
   cached prefix. The decodes' longest gap between tokens while it prefills is one iteration
   holding both (the median over the decodes).
@@ -41,18 +43,23 @@ class IterationPlan:
     mixed_context: int = 512  # cached prefix of every request in the mixed batches
     output: int = 48  # output tokens of a decode batch's requests
     rounds: int = 3
+    pin_slots: bool = False  # request k of a batch on slot k (llama.cpp's ``id_slot``; ``Lanes``)
     seed: int = 0
 
 
-def _warm(server: Server, prompts: list[str], extra: dict) -> None:
+def _slots(extra: dict, n: int, pin: bool) -> list[dict]:
+    """The request fields of a batch's ``n`` requests: request ``k`` on slot ``k`` if pinning."""
+    return [{**extra, "id_slot": k} if pin else extra for k in range(n)]
+
+
+def _warm(server: Server, prompts: list[str], extras: list[dict]) -> None:
     """Each prompt once, all at once, one output token: the server's prefix cache holds them."""
-    with ThreadPoolExecutor(len(prompts)) as pool:
-        list(pool.map(lambda p: server.complete(p, 1, extra), prompts))
+    _together(server, prompts, 1, extras)
 
 
-def _together(server: Server, prompts: list[str], output: int, extra: dict, times=None) -> list[dict]:
+def _together(server: Server, prompts: list[str], output: int, extras: list[dict], times=None) -> list[dict]:
     with ThreadPoolExecutor(len(prompts)) as pool:
-        futures = [pool.submit(server.complete, p, output, extra, None if times is None else times[k])
+        futures = [pool.submit(server.complete, p, output, extras[k], None if times is None else times[k])
                    for k, p in enumerate(prompts)]  # fmt: skip
         return [f.result() for f in futures]
 
@@ -62,9 +69,9 @@ def _streamed(res: dict) -> bool:
     return res["chunks"] >= res["output_tokens"] > 1
 
 
-def decode_round(server: Server, prompts: list[str], output: int, extra: dict, rng) -> dict | None:
+def decode_round(server: Server, prompts: list[str], output: int, extras: list[dict], rng) -> dict | None:
     """One round of a decode batch: the median time per output token and mean context."""
-    res = _together(server, [p + text(SUFFIX, rng) for p in prompts], output, extra)
+    res = _together(server, [p + text(SUFFIX, rng) for p in prompts], output, extras)
     if not all(_streamed(r) for r in res):
         return None
     return {
@@ -74,20 +81,22 @@ def decode_round(server: Server, prompts: list[str], output: int, extra: dict, r
     }
 
 
-def mixed_round(server: Server, prompts: list[str], new: int, output: int, extra: dict, rng) -> dict | None:
+def mixed_round(
+    server: Server, prompts: list[str], new: int, output: int, extras: list[dict], rng
+) -> dict | None:
     """One round of a mixed batch: ``prompts[:-1]`` decode; once each has made a few tokens,
     ``prompts[-1]`` comes with ``new`` tokens more. The decodes' longest gap until its first
     token (median over the decodes), their context then, and the prefill's new tokens."""
     decoders = prompts[:-1]
     times: list[list[float]] = [[] for _ in decoders]
     with ThreadPoolExecutor(len(decoders) + 1) as pool:
-        running = [pool.submit(server.complete, p + text(SUFFIX, rng), output, extra, times[k])
+        running = [pool.submit(server.complete, p + text(SUFFIX, rng), output, extras[k], times[k])
                    for k, p in enumerate(decoders)]  # fmt: skip
         deadline = time.perf_counter() + 60
         while min(len(t) for t in times) < 4 and time.perf_counter() < deadline:
             time.sleep(0.005)
         sent = time.perf_counter()
-        pre = server.complete(prompts[-1] + text(new, rng), 2, extra)
+        pre = server.complete(prompts[-1] + text(new, rng), 2, extras[-1])
         first = sent + pre["ttft"]
         done = [f.result() for f in running]
     if not all(_streamed(r) for r in done) or not all(t[-1] > first for t in times):
@@ -108,9 +117,19 @@ def mixed_round(server: Server, prompts: list[str], new: int, output: int, extra
             "new": pre["prompt_tokens"] - prefix, "prefix": prefix}  # fmt: skip
 
 
+def resume_round(server: Server, prompt: str, new: int, extra: dict, rng) -> dict | None:
+    """One request alone with ``new`` tokens after its cached ``prompt``: its time to first token."""
+    res = server.complete(prompt + text(new, rng), 2, extra)
+    if not _streamed(res):
+        return None
+    prefix = res["cached_tokens"] or 0
+    return {"seconds": res["ttft"], "context": 0.0, "decodes": 0, "new": res["prompt_tokens"] - prefix,
+            "prefix": prefix}  # fmt: skip
+
+
 def _mixed_cost(it, r: dict) -> float:
-    """The profile's iteration for a measured mixed batch: its prefill's new tokens after their
-    cached prefix, beside the decodes and their contexts."""
+    """The profile's iteration for a measured batch: a prefill's new tokens after their cached
+    prefix, beside the decodes (if any) and their contexts."""
     return it(r["new"], r["decodes"], r["context"], r["new"] * (r["prefix"] + r["new"] / 2))
 
 
@@ -137,12 +156,24 @@ def iteration_check(server: Server, engine: Engine, plan: IterationPlan, extra: 
     it, rng, rows = engine.iteration, random.Random(plan.seed), []
     for context in plan.contexts:
         for d in plan.decodes:
-            prompts = [text(context, rng) for _ in range(d)]
-            _warm(server, prompts, extra)
-            rounds = [decode_round(server, prompts, plan.output, extra, rng) for _ in range(plan.rounds)]
+            prompts, extras = [text(context, rng) for _ in range(d)], _slots(extra, d, plan.pin_slots)
+            _warm(server, prompts, extras)
+            rounds = [decode_round(server, prompts, plan.output, extras, rng) for _ in range(plan.rounds)]
             row = _row(f"decode, {context} cached", d, rounds, lambda r, d=d: it(0, d, d * r["context"]))
             if row:
                 row["cached_min"] = min(r["cached"] for r in rounds if r)
+                if row["cached_min"] < context:  # the server put a request on another slot
+                    row["metric"] += " (not all cached)"
+                rows.append(row)
+    for context in plan.contexts[1:]:  # a turn resuming its cached context, alone
+        prompt, extras = text(context, rng), _slots(extra, 1, plan.pin_slots)
+        _warm(server, [prompt], extras)
+        for new in plan.new:
+            rounds = [resume_round(server, prompt, new, extras[0], rng) for _ in range(plan.rounds)]
+            row = _row(f"first token, +{new} after {context}", 1, rounds,
+                       lambda r: engine.overhead + _mixed_cost(it, r))  # fmt: skip
+            if row:
+                row["cached_min"] = min(r["prefix"] for r in rounds if r)
                 rows.append(row)
     d = max(plan.decodes)
     if d > 1:
@@ -152,11 +183,11 @@ def iteration_check(server: Server, engine: Engine, plan: IterationPlan, extra: 
                 continue  # the prefill would span iterations
             longest = it(new, d - 1, (d - 1) * plan.mixed_context, new * (plan.mixed_context + new / 2))
             output = 24 + math.ceil(3 * longest / lone)  # the decodes outlast the prefill
-            rounds = []
+            rounds, extras = [], _slots(extra, d, plan.pin_slots)
             for _ in range(plan.rounds):
                 prompts = [text(plan.mixed_context, rng) for _ in range(d)]
-                _warm(server, prompts, extra)
-                rounds.append(mixed_round(server, prompts, new, output, extra, rng))
+                _warm(server, prompts, extras)
+                rounds.append(mixed_round(server, prompts, new, output, extras, rng))
             row = _row(f"mixed, +{new} after {plan.mixed_context}", d, rounds, lambda r: _mixed_cost(it, r))
             if row:
                 row["cached_min"] = min(r["prefix"] for r in rounds if r)

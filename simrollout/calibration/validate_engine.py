@@ -22,7 +22,7 @@ import pandas as pd
 from ..errors import InputError
 from ..scenario import Scenario, scenario_from_dict
 from ..workload import draw_work
-from .engine_probe import Server, text
+from .engine_probe import Lanes, Server, text
 
 TARGETS = {"request_p50": 10, "request_p99": 10, "makespan": 10}
 
@@ -55,11 +55,12 @@ def agent_scenario(
 
 
 def real_agent_loop(
-    server: Server, scn: Scenario, seed: int = 0, extra: dict | None = None, run: int = 0
+    server: Server, scn: Scenario, seed: int = 0, extra: dict | None = None, run: int = 0, pin: bool = False
 ) -> pd.DataFrame:
     """Run the scenario's trajectories against the server: one row per request; turn ``k``
     sends the prompt, the appended tokens of steps 0..k and the earlier completions. ``run``
-    numbers a repetition: the same token counts and tool waits, other text (nothing cached)."""
+    numbers a repetition: the same token counts and tool waits, other text (nothing cached).
+    ``pin``: each of a level's ``c`` clients keeps to its own slot of ``0..c-1`` (``Lanes``)."""
     server.check()
     work = draw_work(scn, 0, detail=True)
     tok = scn.workload.tokens
@@ -68,9 +69,11 @@ def real_agent_loop(
     stop = threading.Event()
     for level in scn.cluster.levels:
         t_origin = time.perf_counter()
+        lanes = Lanes(pin)
 
-        def one(i: int, level=level, t_origin=t_origin) -> None:
+        def one(i: int, level=level, t_origin=t_origin, lanes=lanes) -> None:
             rng = random.Random(f"{seed}-{level}-{i}" if run == 0 else f"{seed}-{run}-{level}-{i}")
+            ex = lanes.extra(extra or {})
             context = text(int(work.prompt[i]), rng)
             call = int(work.call_off[i])
             for s in range(int(work.step_off[i]), int(work.step_off[i + 1])):
@@ -80,7 +83,7 @@ def real_agent_loop(
                 # first observation), as the model's turns do (``Cell._turn``)
                 context += text(int(work.step_append[s]), rng)
                 t0 = time.perf_counter() - t_origin
-                res = server.complete(context, int(work.step_output[s]), extra or {})
+                res = server.complete(context, int(work.step_output[s]), ex)
                 context += res.get("text", "")
                 with lock:
                     rows.append({"concurrency": level, "trajectory": i, "step": s, "start": t0,
@@ -200,7 +203,8 @@ def recorded_agent_loop(folder: Path, profile: Path) -> tuple[Scenario, pd.DataF
 
 
 def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame, server: Server,
-           extra: dict, profile: Path, target: Path, speed: pd.DataFrame | None = None) -> None:  # fmt: skip
+           extra: dict, profile: Path, target: Path, speed: pd.DataFrame | None = None,
+           pin: bool = False) -> None:  # fmt: skip
     """Commit-ready record in ``folder`` (to become ``target``): inputs, real measurements,
     comparison, the engine's speed checks and the server."""
     import json
@@ -219,5 +223,11 @@ def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame,
         speed.to_csv(folder / "speed.csv", index=False)
     info = server.info()
     kind = "llama.cpp llama-server" if "slots" in info else ""
-    machine = {"cpus": os.cpu_count(), "server": kind, "request_extra": sorted(extra), **info}
+    machine = {
+        "cpus": os.cpu_count(),
+        "server": kind,
+        "request_extra": sorted(extra),
+        "pin_slots": pin,
+        **info,
+    }
     (folder / "machine.json").write_text(json.dumps(machine, indent=2))

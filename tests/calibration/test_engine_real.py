@@ -115,3 +115,24 @@ def test_unreachable_url_writes_nothing_and_server_errors_are_recorded(llama_ser
     assert all(
         r["ok"] for r in recs if r["mode"] == "plain" and r["prompt_tokens"] and r["prompt_tokens"] < 100
     )
+
+
+def test_pinned_probe_keeps_each_client_to_its_own_slot(llama_server, tmp_path):
+    """With pin_slots, the c clients of a level use slots 0..c-1, one each (llama.cpp's id_slot),
+    and every decode run's requests are on consecutive slots: one forward pass a batch."""
+    plan = EnginePlan(levels=(1, 2, 4), prompts=(32, 64), output=4, requests=3, decode_output=8,
+                      decode_rounds=1, shared_prefix=0, seed=3, pin_slots=True, extra=EXTRA)  # fmt: skip
+    probe_engine(Server(llama_server, "tiny"), plan, tmp_path / "p.jsonl")
+    recs = read_records([tmp_path / "p.jsonl"])
+    assert recs and all(r["ok"] for r in recs)
+    for level in (1, 2, 4):
+        at = [r for r in recs if r["concurrency"] == level]
+        assert {r["slot"] for r in at} <= set(range(level)), level
+        assert {r["slot"] for r in at if r["mode"] == "decode"} == set(range(level)), level
+    # the server ran them there: slots 0-3 last served the last level's decode runs
+    import httpx
+
+    slots = {int(s["id"]): s for s in httpx.get(llama_server.removesuffix("/v1") + "/slots").json()}
+    last = [r for r in recs if r["concurrency"] == 4 and r["mode"] == "decode"]
+    holds = last[0]["prompt_tokens"] + 8 - 1  # its prompt and output (all but the last token)
+    assert [slots[k]["n_prompt_tokens"] for k in range(4)] == [holds] * 4, slots

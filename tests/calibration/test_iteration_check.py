@@ -19,13 +19,14 @@ PROFILE = ROOT / "calibration" / "engines" / "llama-cpp-tiny-j.yaml"
 
 def test_iterations_timed_on_the_server_beside_the_profile(llama_server, tmp_path):
     res = cli("validate", "--engine", "--iterations", "--profile", PROFILE, "--base-url", llama_server,
-              "--model", "tiny", "--concurrency", "1,2", "--request-extra",
+              "--model", "tiny", "--concurrency", "1,2", "--pin-slots", "--request-extra",
               json.dumps({"logit_bias": ascii_only_bias()}), "--record", tmp_path / "rec")  # fmt: skip
     assert res.returncode == 0, res.stderr  # no targets: a check never fails on a difference
     table = pd.read_csv(tmp_path / "rec" / "iterations.csv")
     info = json.loads((tmp_path / "rec" / "iterations.json").read_text())
-    assert info["profile"] == PROFILE.name and info["plan"]["decodes"] == [1, 2]
-    it = Engine.model_validate(load_engine_profile(PROFILE).engine).iteration
+    assert info["profile"] == PROFILE.name and info["plan"]["decodes"] == [1, 2] and info["plan"]["pin_slots"]
+    engine = Engine.model_validate(load_engine_profile(PROFILE).engine)
+    it = engine.iteration
     decode = table[table.metric.str.startswith("decode")]
     assert sorted(decode.metric.unique()) == [
         "decode, 1024 cached",
@@ -41,6 +42,18 @@ def test_iterations_timed_on_the_server_beside_the_profile(llama_server, tmp_pat
         d = r.concurrency
         assert it(0, d, d * (context + 8 + 24)) <= r.simulated <= it(0, d, d * (context + 8 + 24 + 4)), r
         assert r.real_min <= r.real <= r.real_max and r.runs >= 2, r
+    first = table[table.metric.str.startswith("first token")].set_index("metric")
+    assert sorted(first.index) == sorted(
+        f"first token, +{n} after {c}" for n in (96, 384) for c in (512, 1024)
+    )
+    for c in (512, 1024):  # alone, after a prefix the server holds: one prefill of the new tokens
+        short, long = first.loc[f"first token, +96 after {c}"], first.loc[f"first token, +384 after {c}"]
+        assert short.cached_min >= c and long.cached_min >= c
+        assert short.real < long.real and short.simulated < long.simulated
+        # the profile's overhead and one iteration of the new tokens after the cached ones, as
+        # the server counted them (it adds a token or two)
+        fixed = engine.overhead + it.base
+        assert fixed + it.prefill_seconds(96, c) <= short.simulated <= fixed + it.prefill_seconds(100, c + 4)
     mixed = table[table.metric.str.startswith("mixed")]
     assert set(mixed.metric) == {"mixed, +96 after 512", "mixed, +384 after 512"}
     assert (mixed.concurrency == 2).all()
