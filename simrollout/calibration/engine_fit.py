@@ -6,8 +6,10 @@
   one decode iteration, ``base + per_decode + per_context_token x C``, a straight line in the
   context.
 - How the lone iteration splits into ``base`` and ``per_decode`` shows only under load: the
-  decode runs (at each level, that many short-prompt, long-output requests started together)
-  give the time per output token as a line in the decodes in flight. Without decode runs, the
+  decode runs (at each level, that many long-output requests started together) give the time
+  per output token as a line in the decodes in flight. With decode runs at two prompt lengths
+  (a short prompt, and a long one the server holds), the context cost is read there, in batches
+  (the median over the levels), and the lone line keeps only its level. Without decode runs, the
   probe's loaded levels are replayed on the engine model (the same clients, requests and order)
   and ``per_decode`` is the value whose simulated TPOT medians match the measured ones best.
 - KV capacity and running requests: from the server where it says (llama.cpp's slots), else
@@ -89,19 +91,20 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
         }  # fmt: skip
 
     # how the lone iteration splits into a fixed part and a per-decode part: from the decode runs
-    # (short prompts, long outputs, started together: decodes with nothing else in the batch) ...
+    # (long outputs, started together: decodes with nothing else in the batch) ...
     runs = [r for r in ok if r["mode"] == "decode" and r["tpot"] is not None]
     per_decode = 0.0
     if len({r["concurrency"] for r in runs}) >= 2:
-        # per level, the least disturbed round (noise on a shared machine only adds time)
-        best = {}
-        for r in runs:
-            c = r["concurrency"]
-            if c not in best or r["tpot"] < best[c]["tpot"]:
-                best[c] = r
-        d = np.array(sorted(best), float)
-        ctx = d * np.array([best[c]["prompt_tokens"] + best[c]["output_tokens"] / 2 for c in sorted(best)])
-        slope_d, _ = _line(d, np.array([best[c]["tpot"] for c in sorted(best)]) - per_context * ctx)
+        best = _best_runs(runs)
+        batched = _batched_context_cost(best)
+        if batched is not None:  # a decode's context cost as it is in a batch, from two prompt
+            # lengths at each level; the lone iteration re-centred on the lone requests with it
+            per_context = batched
+            lone = max(float(np.median([r["tpot"] - per_context * c for r, c in zip(dec, ctx)])), 1e-6)
+            first, per_prefill, per_attention = _prefill(ones, lone)
+        d = np.array([c for c, _ in best], float)
+        ctx_d = d * np.array([_context(r) for r in best.values()])
+        slope_d, _ = _line(d, np.array([r["tpot"] for r in best.values()]) - per_context * ctx_d)
         # the slope only: one decode's iteration stays the lone requests' (many more of them)
         per_decode = float(np.clip(slope_d, 0.0, 0.95 * lone))
     else:  # ... or, without them, the loaded levels replayed on the model, TPOT medians matched
@@ -121,6 +124,36 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     fitted["overhead"] = float(f"{fitted['overhead']:.4g}")
     model = Engine.model_validate(fitted)
     return {"engine": fitted, "fit": goodness(ok, model)}
+
+
+def _context(r: dict) -> float:
+    """The tokens a request's decodes attend to, on average: its prompt and half its output."""
+    return r["prompt_tokens"] + r["output_tokens"] / 2
+
+
+def _best_runs(runs: list[dict]) -> dict[tuple[int, int], dict]:
+    """Per level and prompt length of the decode runs, the least disturbed request (noise on a
+    shared machine only adds time)."""
+    best: dict[tuple[int, int], dict] = {}
+    for r in runs:
+        key = (r["concurrency"], _length(r))
+        if key not in best or r["tpot"] < best[key]["tpot"]:
+            best[key] = r
+    return dict(sorted(best.items()))
+
+
+def _batched_context_cost(best: dict[tuple[int, int], dict]) -> float | None:
+    """Seconds per context token of a decode in a batch: at each level with decode runs at two
+    prompt lengths or more, the time per output token's rise from the shortest to the longest
+    over the context added to the batch; the median over the levels (None: one length only)."""
+    slopes = []
+    for c in sorted({c for c, _ in best}):
+        at = [r for (cc, _), r in best.items() if cc == c]
+        if len(at) >= 2:
+            lo, hi = min(at, key=_context), max(at, key=_context)
+            if _context(hi) > _context(lo):
+                slopes.append((hi["tpot"] - lo["tpot"]) / (c * (_context(hi) - _context(lo))))
+    return max(float(np.median(slopes)), 0.0) if slopes else None
 
 
 def _prefill(ones: list[dict], lone: float) -> tuple[float, float, float]:
@@ -218,6 +251,15 @@ def goodness(ok: list[dict], model: Engine) -> dict:
                     row[f"{m}_predicted"] = round(float(np.median(b)), 6)
                     row[f"{m}_rel_error"] = round(row[f"{m}_predicted"] / row[f"{m}_median"] - 1, 4)
             out[f"c{c}_p{p}"] = row
+    runs = [r for r in ok if r["mode"] == "decode" and r["tpot"] is not None]
+    for (c, p), r in _best_runs(runs).items():  # decode runs: the best round against one iteration
+        pred = model.iteration(0, c, c * _context(r))
+        out[f"decode_c{c}_p{p}"] = {
+            "n": sum(x["concurrency"] == c and _length(x) == p for x in runs),
+            "tpot_best": round(r["tpot"], 6),  # the least disturbed round, as the fit reads them
+            "tpot_predicted": round(pred, 6),
+            "tpot_rel_error": round(pred / r["tpot"] - 1, 4),
+        }
     shared = [r for r in ok if r["mode"] == "shared_prefix"]
     if shared:  # pairs: the second of each found the prefix cached (if the server caches)
         first, second = shared[0::2], shared[1::2]

@@ -3,9 +3,10 @@
 Each request streams ``/v1/completions`` with a prompt of a controlled length and a fixed number
 of output tokens (``ignore_eos``); its record holds the time to first token, the time per output
 token after it, and the token counts the server reports. Requests run at several concurrency
-levels, with two prompt lengths; at each level also that many requests with a short prompt and a
-long output, started together (decodes with nothing else in the batch); then pairs sharing a long
-prefix (the second one's first token shows the prefix cache). Records are appended to the same
+levels, with several prompt lengths; at each level also decode runs: that many requests with a
+long output started together (decodes with nothing else in the batch), with a short prompt and
+with a long one the server already holds; then pairs sharing a long prefix (the second one's
+first token shows the prefix cache). Records are appended to the same
 JSONL as the sandbox probes and flushed as they come; a request the server fails is recorded with
 its error, and the probe goes on.
 """
@@ -63,8 +64,11 @@ class EnginePlan:
     prompts: tuple[int, ...] = (128, 1024)  # prompt lengths, tokens (bytes for a byte-level vocabulary)
     output: int = 32
     requests: int = 0  # per level and prompt length; 0: max(8, 2 x level)
-    decode_output: int = 96  # decode runs: ``level`` requests with a short prompt, started together
+    decode_output: int = 96  # decode runs: ``level`` requests started together, each decoding alone
     decode_rounds: int = 3
+    # prompts of the decode runs: a short one, and longer ones the server holds first (sent once
+    # with one output token), so the runs read what a decode's context costs in a batch
+    decode_contexts: tuple[int, ...] = (16, 1024)
     shared_prefix: int = 1024  # tokens of the prefix shared by the pairs (0: no pairs)
     pairs: int = 4
     timeout: float = 300.0
@@ -193,6 +197,17 @@ class Server:
                 "cached_tokens": None if cached is None else int(cached)}  # fmt: skip
 
 
+SHORT_DECODE = 16  # a decode run's prompt this short is prefilled with the run, not before
+
+
+def _quiet(fn, *args):
+    """``fn(*args)``, its failure left to the request that follows (which records it)."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
 def text(tokens: int, rng: random.Random) -> str:
     """About ``tokens`` tokens of text: letters, one token each in a byte-level vocabulary (fewer
     for BPE); no spaces, which some tokenizers spell in several bytes."""
@@ -218,11 +233,11 @@ def probe_engine(
     stop = threading.Event()
 
     def one(level: int, idx: int, prompt: str, mode: str, length: int, lanes: Lanes,
-            output: int | None = None) -> None:  # fmt: skip
+            output: int | None = None, slot: int | None = None) -> None:  # fmt: skip
         if stop.is_set():
             return
         t0 = time.time()
-        slot = lanes.slot()
+        slot = lanes.slot() if slot is None else slot
         try:
             res, err = server.complete(prompt, output or plan.output, lanes.extra(plan.extra, slot)), None
         except Exception as exc:  # recorded, never lost
@@ -245,6 +260,24 @@ def probe_engine(
         if on_record:
             on_record(rec)
 
+    def decode_runs(level: int, context: int) -> None:
+        """``level`` requests started together (request ``k`` on slot ``k`` if pinning), each
+        decoding alone after a prefill of a few tokens: a short prompt, or a prompt the server
+        was given once before (its cache holds it) and a few new tokens."""
+        lanes, slots = Lanes(plan.pin_slots), list(range(level)) if plan.pin_slots else [None] * level
+        prompts = [text(context, rng) for _ in range(level)]
+        if context > SHORT_DECODE:
+            with ThreadPoolExecutor(level) as pool:
+                list(pool.map(lambda p, k: _quiet(server.complete, p, 1, lanes.extra(plan.extra, k)),
+                              prompts, slots))  # fmt: skip
+        for _ in range(plan.decode_rounds):
+            new = [text(8, rng) if context > SHORT_DECODE else "" for _ in range(level)]
+            with ThreadPoolExecutor(level) as pool:
+                futures = [pool.submit(one, level, k, prompts[k] + new[k], "decode", context, lanes,
+                                       plan.decode_output, slots[k]) for k in range(level)]  # fmt: skip
+                for f in futures:
+                    f.result()
+
     try:
         for level in plan.levels:
             jobs = [(p, i) for i in range(plan.count(level)) for p in plan.prompts]
@@ -262,13 +295,8 @@ def probe_engine(
                 except BaseException:
                     stop.set()
                     raise
-            for _ in range(plan.decode_rounds if plan.decode_output else 0):
-                lanes = Lanes(plan.pin_slots)
-                with ThreadPoolExecutor(level) as pool:  # decodes alone: short prompts started together
-                    futures = [pool.submit(one, level, k, text(16, rng), "decode", 16, lanes,
-                                           plan.decode_output) for k in range(level)]  # fmt: skip
-                    for f in futures:
-                        f.result()
+            for context in plan.decode_contexts if plan.decode_output else ():
+                decode_runs(level, context)
         if plan.shared_prefix:  # pairs, one after the other: the second finds the prefix cached
             lanes = Lanes(plan.pin_slots)
             for k in range(plan.pairs):

@@ -20,7 +20,14 @@ TRUE = {"base": 0.03, "per_prefill_token": 0.0025, "per_prefill_attention": 1e-6
 
 
 def synthetic_probe(
-    levels=(1, 2, 4, 8), prompts=(128, 512, 1024), output=32, per=8, overhead=0.01, seed=0, decode=False
+    levels=(1, 2, 4, 8),
+    prompts=(128, 512, 1024),
+    output=32,
+    per=8,
+    overhead=0.01,
+    seed=0,
+    decode=False,
+    decode_contexts=(16,),
 ):
     """The probe's plan played against the engine model: records as ``probe openai`` writes them."""
     rng = np.random.default_rng(seed)
@@ -49,11 +56,20 @@ def synthetic_probe(
         for _ in range(level):
             env.process(worker())
         env.run()
-        if decode:  # decode runs: ``level`` short prompts with long outputs, started together
-            reqs = [(env.now, tier.request(-1 - k, 16, 96)) for k in range(level)]
+        for length in decode_contexts if decode else ():
+            # decode runs: ``level`` requests with long outputs started together, with a short
+            # prompt, or with a longer one the engine was given once before (its cache holds it)
+            env = simpy.Environment()
+            tier = ServingTier(env, Inference(engines=1, engine=spec, prefix_cache=True))
+            new = 8 if length > 16 else 0
+            if new:
+                for k in range(level):
+                    tier.request(k, length, 1)
+                env.run()
+            reqs = [(env.now, tier.request(k, length + new, 96)) for k in range(level)]
             env.run()
             recs.extend([{"run_id": "r", "host": "h", "image": "m", "phase": "generate", "ok": True, "start": 2e6 + t0,
-                      "concurrency": level, "mode": "decode", "prompt_tokens": 16, "prompt_length": 16,
+                      "concurrency": level, "mode": "decode", "prompt_tokens": length + new, "prompt_length": length,
                       "output_tokens": 96, "ttft": r.first - t0, "tpot": (r.end - r.first) / 95,
                       "latency": r.end - t0, "slots": 8, "slot_context": 2048, "_file": "synthetic.jsonl"}
                          for t0, r in reqs])  # fmt: skip
@@ -76,6 +92,26 @@ def test_decode_runs_give_the_per_decode_cost_directly():
     it = fit_engine(synthetic_probe(decode=True))["engine"]["iteration"]
     for k, v in TRUE.items():
         assert it[k] == pytest.approx(v, rel=0.05), k
+
+
+def test_decode_runs_at_two_prompt_lengths_read_the_context_cost_in_batches():
+    recs = synthetic_probe(decode=True, decode_contexts=(16, 1024))
+    fitted = fit_engine(recs)
+    for k, v in TRUE.items():
+        assert fitted["engine"]["iteration"][k] == pytest.approx(v, rel=0.05), k
+    # the fit's report: each decode run's best round against one iteration of the profile
+    rows = {k: v for k, v in fitted["fit"].items() if k.startswith("decode_")}
+    assert sorted(rows) == sorted(f"decode_c{c}_p{p}" for c in (1, 2, 4, 8) for p in (16, 1024))
+    assert all(abs(v["tpot_rel_error"]) < 0.02 for v in rows.values()), rows
+    # lone requests whose time per token climbs faster with their context than a batch's does
+    # (as on the CPU engine) no longer tilt the context cost ...
+    skew = [{**r, "tpot": r["tpot"] + 1e-5 * r["prompt_tokens"]}
+            if r["mode"] == "plain" and r["concurrency"] == 1 else r for r in recs]  # fmt: skip
+    it = fit_engine(skew)["engine"]["iteration"]
+    assert it["per_context_token"] == pytest.approx(TRUE["per_context_token"], rel=0.05)
+    # ... which, without the long decode runs, the lone requests' slope carries
+    short = [r for r in skew if not (r["mode"] == "decode" and r["prompt_length"] > 16)]
+    assert fit_engine(short)["engine"]["iteration"]["per_context_token"] > 1.2 * TRUE["per_context_token"]
 
 
 def test_the_fit_holds_under_measurement_noise():

@@ -22,7 +22,7 @@ EXTRA = {"logit_bias": ascii_only_bias()}
 
 def small_probe(url: str, path, seed: int = 0) -> list[dict]:
     plan = EnginePlan(levels=(1, 2, 4), prompts=(64, 384), output=8, requests=4, shared_prefix=512, pairs=2,
-                      seed=seed, extra=EXTRA)  # fmt: skip
+                      decode_contexts=(16, 384), seed=seed, extra=EXTRA)  # fmt: skip
     probe_engine(Server(url, "tiny"), plan, path)
     return read_records([path])
 
