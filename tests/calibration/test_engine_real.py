@@ -75,7 +75,8 @@ def test_validate_engine_against_the_real_server(llama_server, probed, tmp_path)
     write_profile(engine_profile(recs, "e"), path)
     res = cli("validate", "--engine", "--profile", path, "--base-url", llama_server, "--model", "tiny",
               "--trajectories", 6, "--steps", 3, "--concurrency", "1,4", "--tool-median", 0.2,
-              "--tool-p99", 0.6, "--request-extra", json.dumps(EXTRA), "--record", tmp_path / "rec")  # fmt: skip
+              "--tool-p99", 0.6, "--request-extra", json.dumps(EXTRA), "--pin-slots",
+              "--record", tmp_path / "rec")  # fmt: skip
     assert res.returncode in (0, 1), res.stderr  # 1: a 10% target missed (printed)
     import pandas as pd
 
@@ -89,6 +90,8 @@ def test_validate_engine_against_the_real_server(llama_server, probed, tmp_path)
     # the context grew turn by turn and the server served the previous turns from its cache
     later = real[(real.step >= 0) & (real.step % 3 > 0)]
     assert (later.cached_tokens > 0.8 * later.prompt_tokens).all()
+    # each client kept to its own slot (0..c-1), and the record says so
+    assert json.loads((tmp_path / "rec" / "machine.json").read_text())["pin_slots"] is True
     # the engine's speed was checked against the profile before the run and after it
     speed = pd.read_csv(tmp_path / "rec" / "speed.csv")
     assert speed.check.tolist() == ["before run 1", "after"]
