@@ -960,7 +960,7 @@ def _calibrate_engine(records, name, out, kv_capacity, max_running) -> None:
     for key, row in profile["fit"].items():
         if "tpot_rel_error" in row:
             ttft = f"  TTFT {row['ttft_rel_error']:+.1%}" if "ttft_rel_error" in row else ""
-            typer.echo(f"  {key:12s} n={row['n']:<3d} TPOT {row['tpot_rel_error']:+.1%}{ttft}")
+            typer.echo(f"  {key:15s} n={row['n']:<3d} TPOT {row['tpot_rel_error']:+.1%}{ttft}")
     typer.echo(f"wrote {out}")
 
 
