@@ -38,7 +38,12 @@ def test_probe_records_time_every_token(probed):
     plain = [r for r in recs if r["mode"] == "plain"]
     assert len(plain) == 3 * 2 * 4 and all(r["ok"] for r in recs)
     decode = [r for r in recs if r["mode"] == "decode"]
-    assert len(decode) == 3 * (1 + 2 + 4) and all(r["output_tokens"] == 96 for r in decode)
+    assert len(decode) == 2 * 3 * (1 + 2 + 4) and all(r["output_tokens"] == 96 for r in decode)
+    # the long decode runs' prompts were in the server's cache: they prefilled a few tokens only
+    long = [r for r in decode if r["prompt_length"] == 384]
+    assert len(long) == 21 and all(r["cached_tokens"] >= 384 for r in long), [
+        r["cached_tokens"] for r in long
+    ]
     for r in plain:
         assert r["output_tokens"] == 8 and r["chunks"] == 8
         assert 0 < r["ttft"] < r["latency"] and r["tpot"] > 0
@@ -62,6 +67,8 @@ def test_calibrated_profile_predicts_the_probe(probed, tmp_path):
     for key, row in prof["fit"].items():
         if key.startswith("c1_"):  # one request at a time: the straight lines hold
             assert abs(row["ttft_rel_error"]) < 0.35 and abs(row["tpot_rel_error"]) < 0.5, (key, row)
+        elif key.startswith("decode_"):  # each decode run's best round beside one iteration
+            assert row["tpot_predicted"] > 0 and row["tpot_best"] > 0
         elif "tpot_rel_error" in row:  # under load the replay is recorded (not a target: see docs)
             assert row["tpot_predicted"] > 0 and row["tpot_median"] > 0
     write_profile(prof, tmp_path / "e.yaml")
@@ -124,7 +131,8 @@ def test_pinned_probe_keeps_each_client_to_its_own_slot(llama_server, tmp_path):
     """With pin_slots, the c clients of a level use slots 0..c-1, one each (llama.cpp's id_slot),
     and every decode run's requests are on consecutive slots: one forward pass a batch."""
     plan = EnginePlan(levels=(1, 2, 4), prompts=(32, 64), output=4, requests=3, decode_output=8,
-                      decode_rounds=1, shared_prefix=0, seed=3, pin_slots=True, extra=EXTRA)  # fmt: skip
+                      decode_rounds=1, decode_contexts=(16,), shared_prefix=0, seed=3, pin_slots=True,
+                      extra=EXTRA)  # fmt: skip
     probe_engine(Server(llama_server, "tiny"), plan, tmp_path / "p.jsonl")
     recs = read_records([tmp_path / "p.jsonl"])
     assert recs and all(r["ok"] for r in recs)

@@ -120,3 +120,23 @@ def test_the_table_shows_where_a_request_goes_without_targets_for_it():
     assert "ttft_p50" in proc.stdout and "tpot_p50" in proc.stdout
     kept = pd.read_csv(folder / "comparison.csv").set_index(["concurrency", "metric"])
     assert (table.loc[kept.index].real - kept.real).abs().max() < 1e-9
+
+
+@pytest.mark.parametrize("sitting, probe", [("11", "l"), ("12", "m")])
+def test_the_pinned_sittings_meet_every_target_again_from_their_records(sitting, probe):
+    """The held-out records with pinned slots, re-simulated from their profiles: the same
+    comparison as kept, every target met (exit 0), and the record says its slots were pinned."""
+    import json
+
+    import pandas as pd
+
+    from tests.conftest import cli
+
+    folder = ROOT / "validation" / f"engine-llama-cpp-sitting-{sitting}"
+    profile = ROOT / "calibration" / "engines" / f"llama-cpp-tiny-{probe}.yaml"
+    assert json.loads((folder / "machine.json").read_text())["pin_slots"] is True
+    proc = cli("validate", "--engine", "--profile", str(profile), "--against", str(folder))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kept = pd.read_csv(folder / "comparison.csv")
+    targets = kept[kept.target_pct.notna()]
+    assert len(targets) == 9 and (targets.diff_pct.abs() <= targets.target_pct).all(), targets
