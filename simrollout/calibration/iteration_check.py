@@ -145,7 +145,9 @@ def _row(kind: str, d: int, rounds: list[dict], predict) -> dict | None:
 
 
 def iteration_check(server: Server, engine: Engine, plan: IterationPlan, extra: dict) -> pd.DataFrame:
-    """Decode and mixed batches timed on ``server`` beside ``engine``'s iterations for them."""
+    """Decode batches, resumed turns and mixed batches timed on ``server`` beside ``engine``'s
+    iterations for them. A request the server fails stops the check with a clear error (nothing
+    is recorded: a partial table would hide which batches were never timed)."""
     server.check()
     over = [d for d in plan.decodes if d > engine.max_running]
     if over:
@@ -153,6 +155,17 @@ def iteration_check(server: Server, engine: Engine, plan: IterationPlan, extra: 
             f"iteration check: the profile's engine runs at most {engine.max_running} requests at "
             f"once; decode batches of {over} would queue. Use smaller batches."
         )
+    try:
+        return _check(server, engine, plan, extra)
+    except Exception as exc:  # the server's error, said once, without a traceback
+        raise InputError(
+            f"iteration check: the server at {server.base_url} failed a request mid-check "
+            f"({type(exc).__name__}: {str(exc)[:200]}); nothing was recorded. Check the server's "
+            "log and run the check again."
+        ) from None
+
+
+def _check(server: Server, engine: Engine, plan: IterationPlan, extra: dict) -> pd.DataFrame:
     it, rng, rows = engine.iteration, random.Random(plan.seed), []
     for context in plan.contexts:
         for d in plan.decodes:

@@ -68,3 +68,21 @@ def test_iterations_timed_on_the_server_beside_the_profile(llama_server, tmp_pat
 def test_iterations_need_an_engine():
     res = cli("validate", "--iterations", "--profile", PROFILE)
     assert res.returncode == 2 and "give it with --engine" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_iterations_refuse_an_unreachable_server_and_a_batch_larger_than_the_engine(tmp_path, monkeypatch):
+    import pytest
+
+    from simrollout.calibration.engine_probe import Server
+    from simrollout.calibration.iteration_check import IterationPlan, iteration_check
+    from simrollout.errors import InputError
+
+    res = cli("validate", "--engine", "--iterations", "--profile", PROFILE, "--base-url", "http://127.0.0.1:9/v1",
+              "--record", tmp_path / "rec")  # fmt: skip
+    assert res.returncode == 2 and "no OpenAI-compatible server answers" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "rec").exists()
+    engine = Engine.model_validate(load_engine_profile(PROFILE).engine)  # 8 slots
+    server = Server("http://127.0.0.1:9/v1", "tiny")
+    monkeypatch.setattr(server, "check", lambda: None)  # as if it answered
+    with pytest.raises(InputError, match=r"at most 8 requests at once; decode batches of \[16\]"):
+        iteration_check(server, engine, IterationPlan(decodes=(1, 16)), {})
