@@ -373,6 +373,10 @@ def probe(
     first token and the output tokens of an OpenAI-compatible server); append JSONL records."""
     import datetime as dt
 
+    if pin_slots and backend != "openai":
+        raise InputError(
+            f"--pin-slots pins a llama.cpp server's slots: it applies to 'probe openai', not {backend}."
+        )
     if backend == "openai":
         return _probe_openai(
             out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots
@@ -709,6 +713,11 @@ def validate(
         raise InputError(f"--profile {profile}: file not found; calibrate one with 'simrollout calibrate'.")
     if repeat < 1:
         raise InputError(f"--repeat: expected a positive count of real runs, got {repeat}.")
+    if (pin_slots or iterations) and not engine:
+        raise InputError("--pin-slots and --iterations apply to an engine validation: give --engine.")
+    if against is not None and (pin_slots or iterations):
+        raise InputError("--against re-simulates a recorded agent loop; it runs nothing, so it takes "
+                         "no --pin-slots or --iterations.")  # fmt: skip
     if against is not None:
         if record is not None:
             raise InputError(
@@ -717,8 +726,6 @@ def validate(
             )
         return _against(against, profile, engine)
     tool = {"kind": "lognormal", "median": tool_median, "p99": tool_p99}
-    if iterations and not engine:
-        raise InputError("--iterations checks an engine profile: give it with --engine.")
     if engine and iterations:
         extra = _json_option(request_extra, "--request-extra")
         return _validate_iterations(profile, base_url, model, levels, seed, record, extra, pin_slots)

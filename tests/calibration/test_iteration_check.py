@@ -65,9 +65,16 @@ def test_iterations_timed_on_the_server_beside_the_profile(llama_server, tmp_pat
     assert "decode, 512 cached" in res.stdout and "no targets" in res.stdout
 
 
-def test_iterations_need_an_engine():
-    res = cli("validate", "--iterations", "--profile", PROFILE)
-    assert res.returncode == 2 and "give it with --engine" in res.stderr and "Traceback" not in res.stderr
+def test_iterations_and_pinned_slots_need_an_engine_validation(tmp_path):
+    for extra in (["--iterations"], ["--pin-slots"]):
+        res = cli("validate", *extra, "--profile", PROFILE)
+        assert res.returncode == 2 and "give --engine" in res.stderr and "Traceback" not in res.stderr
+    res = cli("validate", "--engine", "--iterations", "--profile", PROFILE, "--against",
+              ROOT / "validation" / "engine-llama-cpp-sitting-12")  # fmt: skip
+    assert res.returncode == 2 and "takes no --pin-slots or --iterations" in res.stderr
+    res = cli("probe", "docker", "--pin-slots", "-o", tmp_path / "p.jsonl")
+    assert res.returncode == 2 and "applies to 'probe openai', not docker" in res.stderr
+    assert not (tmp_path / "p.jsonl").exists()
 
 
 def test_iterations_refuse_an_unreachable_server_and_a_batch_larger_than_the_engine(tmp_path, monkeypatch):
