@@ -726,11 +726,10 @@ def validate(
             )
         return _against(against, profile, engine)
     tool = {"kind": "lognormal", "median": tool_median, "p99": tool_p99}
-    if engine and iterations:
-        extra = _json_option(request_extra, "--request-extra")
-        return _validate_iterations(profile, base_url, model, levels, seed, record, extra, pin_slots)
     if engine:
         extra = _json_option(request_extra, "--request-extra")
+        if iterations:
+            return _validate_iterations(profile, base_url, model, levels, seed, record, extra, pin_slots)
         return _validate_engine(
             profile,
             base_url,

@@ -61,9 +61,20 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     # concurrency 1, one request at a time: TPOT is a line in the context (Theil-Sen: a few
     # requests slowed by something else on a shared machine do not tilt it) ...
     dec = [r for r in ones if r["tpot"] is not None]
-    ctx = [r["prompt_tokens"] + r["output_tokens"] / 2 for r in dec]
+    ctx = [_context(r) for r in dec]
     per_context, lone = _line(ctx, [r["tpot"] for r in dec])
     per_context, lone = max(per_context, 0.0), max(lone, 1e-6)  # lone = base + per_decode
+    # the decode runs (long outputs, started together: decodes with nothing else in the batch),
+    # per level and prompt length the least disturbed; with two prompt lengths they give a
+    # decode's context cost as it is in a batch, and the lone iteration is re-centred on the
+    # lone requests with it
+    runs = [r for r in ok if r["mode"] == "decode" and r["tpot"] is not None]
+    split = len({r["concurrency"] for r in runs}) >= 2  # the runs split the lone iteration (below)
+    best = _best_runs(runs)
+    batched = _batched_context_cost(best) if split else None
+    if batched is not None:
+        per_context = batched
+        lone = max(float(np.median([r["tpot"] - per_context * c for r, c in zip(dec, ctx)])), 1e-6)
     # ... and TTFT the overhead and base plus the prompt's prefill: a cost per token and one per
     # pair of tokens in its causal attention (P^2 / 2), from the medians per prompt length
     first, per_prefill, per_attention = _prefill(ones, lone)
@@ -91,17 +102,9 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
         }  # fmt: skip
 
     # how the lone iteration splits into a fixed part and a per-decode part: from the decode runs
-    # (long outputs, started together: decodes with nothing else in the batch) ...
-    runs = [r for r in ok if r["mode"] == "decode" and r["tpot"] is not None]
+    # ...
     per_decode = 0.0
-    if len({r["concurrency"] for r in runs}) >= 2:
-        best = _best_runs(runs)
-        batched = _batched_context_cost(best)
-        if batched is not None:  # a decode's context cost as it is in a batch, from two prompt
-            # lengths at each level; the lone iteration re-centred on the lone requests with it
-            per_context = batched
-            lone = max(float(np.median([r["tpot"] - per_context * c for r, c in zip(dec, ctx)])), 1e-6)
-            first, per_prefill, per_attention = _prefill(ones, lone)
+    if split:
         d = np.array([c for c, _ in best], float)
         ctx_d = d * np.array([_context(r) for r in best.values()])
         slope_d, _ = _line(d, np.array([r["tpot"] for r in best.values()]) - per_context * ctx_d)
