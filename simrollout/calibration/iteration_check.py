@@ -30,7 +30,7 @@ import pandas as pd
 
 from ..errors import InputError
 from ..scenario import Engine
-from .engine_probe import Server, text
+from .engine_probe import Lanes, Server, text
 
 SUFFIX = 8  # new tokens after each decode's cached prompt
 
@@ -49,7 +49,8 @@ class IterationPlan:
 
 def _slots(extra: dict, n: int, pin: bool) -> list[dict]:
     """The request fields of a batch's ``n`` requests: request ``k`` on slot ``k`` if pinning."""
-    return [{**extra, "id_slot": k} if pin else extra for k in range(n)]
+    lanes = Lanes(pin)
+    return [lanes.extra(extra, k) for k in range(n)]
 
 
 def _warm(server: Server, prompts: list[str], extras: list[dict]) -> None:
