@@ -10,6 +10,9 @@ import pyarrow.parquet as pq
 
 from .sim.records import STATUS, Records
 
+_CODES = np.array(sorted(STATUS))
+_STATUS = pa.array([STATUS[k] for k in _CODES], pa.string())
+
 
 class ParquetSink:
     """Appends each finished chunk of a cell's trajectories to ``path``."""
@@ -22,14 +25,14 @@ class ParquetSink:
     def __call__(self, rec: Records, first: int) -> None:
         n = rec.status.size
         cols = {
-            "substrate": pa.array([self.substrate] * n, pa.string()),
+            "substrate": pa.repeat(pa.scalar(self.substrate, pa.string()), n),
             "concurrency": pa.array(np.full(n, self.concurrency, dtype=np.int32)),
             "replication": pa.array(np.full(n, self.replication, dtype=np.int16)),
             "trajectory": pa.array(np.arange(first, first + n, dtype=np.int64)),
             **{k: pa.array(v) for k, v in rec.as_dict().items()},
             "duration": pa.array(rec.duration),
         }
-        cols["status"] = pa.array(np.array(list(STATUS.values()))[rec.status], pa.string())
+        cols["status"] = _STATUS.take(pa.array(np.searchsorted(_CODES, rec.status)))
         table = pa.table(cols)
         if self._writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -67,10 +67,16 @@ def _counts(d, rng, n, lo: int) -> np.ndarray:
 
 
 def _sum_by(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Sum consecutive runs of ``values`` of the given lengths (lengths may be zero)."""
-    idx = np.concatenate([[0], np.cumsum(counts)])
-    csum = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
-    return csum[idx[1:]] - csum[idx[:-1]]
+    """Sum consecutive runs of ``values`` of the given lengths (lengths may be zero), in float64."""
+    if not values.size:
+        return np.zeros(len(counts))
+    starts = np.cumsum(counts) - counts
+    some = counts > 0
+    if some.all():
+        return np.add.reduceat(values, starts, dtype=np.float64)
+    out = np.zeros(len(counts))
+    out[some] = np.add.reduceat(values, starts[some], dtype=np.float64)  # the runs cover ``values``
+    return out
 
 
 def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.ndarray]:

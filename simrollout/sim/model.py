@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections.abc import Callable
 
 import numpy as np
@@ -133,7 +134,11 @@ class Cell:
         curve = [pilot.at(b / inf.engines) for b in range(concurrency + 2)] if pilot else []
         self._curve = [x for x, _ in curve]  # the load ratio at each count of bodies
         self._busy_at = [inf.engines * f for _, f in curve]  # engines busy at each count
-        self._gpu, self._t_bodies = 0.0, 0.0  # engine busy seconds so far, and until when
+        # when bodies start and end (every one, full or one-wait): engine busy time is integrated
+        # over them once, at the end (gpu_busy_seconds)
+        self._on, self._off = array("d"), array("d")
+        self._lean_on: list[float] = []  # heaps: one-wait bodies' starts and ends not yet counted
+        self._lean_off: list[float] = []
         self.turn_log: list | None = None  # a pilot's turns: (trajectory, bodies, seconds, unloaded)
         self.sink, self.keep, self.kept = sink, keep, []
         self.progress = progress
@@ -267,13 +272,15 @@ class Cell:
         for i in todo:
             if timed and self.arrival(i) > env.now:
                 yield env.timeout(self.arrival(i) - env.now)
-            ran = 0
             if steady is not None and steady.takes(i):  # one wait, unless it must run in full
-                i, ran = yield from steady.run(i)
+                wait = steady.start(i)
+                if wait is not None:
+                    yield env.timeout(wait)
+                    steady.end(i)
+                    i = None
             if i is not None:
                 yield from self.trajectory(i)
-                ran += 1
-            self._done += ran
+            self._done += 1
             if self.progress is not None and self._done - self._told >= 4096:
                 self.progress(self._done - self._told)
                 self._told = self._done
@@ -416,31 +423,37 @@ class Cell:
         if st.left == 0:
             self._finish(i // CHUNK)
 
-    def _count_bodies(self, change: int, now: float | None = None) -> None:
-        """A body starts (+1) or ends (-1) now (or at ``now``); with a pilot, engine busy time
-        accrues at the pilot's busy fraction for the bodies running until then."""
-        if now is None:
-            now = self.env.now
-            if self._pending:
-                self._catch_up(now)
-        if self._curve:
-            self._gpu += self._busy_at[min(self.bodies, len(self._busy_at) - 1)] * (now - self._t_bodies)
-            self._t_bodies = now
+    def _count_bodies(self, change: int) -> None:
+        """A body starts (+1) or ends (-1) now."""
         self.bodies += change
+        if self._curve:
+            (self._on if change > 0 else self._off).append(self.env.now)
 
     def _later(self, start: float, end: float, c_g: float) -> None:
         """A one-wait trajectory's body runs from ``start`` to ``end`` generating ``c_g`` of the
         time: counted when the bodies or the tier's load are next read (no events)."""
-        if self._curve or self._heads:
+        if self._curve:
+            heapq.heappush(self._lean_on, start)
+            heapq.heappush(self._lean_off, end)
+            self._on.append(start)
+            self._off.append(end)
+        elif self._heads:
             heapq.heappush(self._pending, (start, 1, c_g))
             heapq.heappush(self._pending, (end, -1, -c_g))
 
     def _catch_up(self, now: float) -> None:
-        """Apply the one-wait bodies' starts and ends up to ``now``, in time order."""
+        """Apply the one-wait bodies' starts and ends up to ``now``."""
+        on, off = self._lean_on, self._lean_off
+        while on and on[0] <= now:
+            heapq.heappop(on)
+            self.bodies += 1
+        while off and off[0] <= now:
+            heapq.heappop(off)
+            self.bodies -= 1
         pending = self._pending
         while pending and pending[0][0] <= now:
-            t, change, c_g = heapq.heappop(pending)
-            self._count_bodies(change, t)
+            _, change, c_g = heapq.heappop(pending)
+            self.bodies += change
             self._gen_load += c_g
 
     def _image(self, i: int) -> int:
@@ -484,7 +497,7 @@ class Cell:
         the other bodies (a request joins the least-loaded engine, about half a request below
         the mean; an exec counts itself, as in the step engine)."""
         x_l = 1.0
-        if self._pending:
+        if self._pending or self._lean_on or self._lean_off:
             self._catch_up(self.env.now)
         if self._curve:  # serving engines: the pilot's load curve at the bodies running
             x_l = self._curve[min(self.bodies, len(self._curve) - 1)]
@@ -804,6 +817,20 @@ class Cell:
         if self.step:
             return self.tier.busy_seconds
         if self.pilot is not None:  # the pilot's busy fraction over time, at the bodies running
-            return self._gpu
+            return busy_integral(self._on, self._off, self._busy_at)
         load, width = self.acc.load.mean_load(self.acc.end)
         return float((expected_busy_engines(np.maximum(load, 0.0), inf.engines) * width).sum())
+
+
+def busy_integral(on, off, busy_at: list[float]) -> float:
+    """Engine busy seconds from time 0 to the last change: ``busy_at[n]`` engines busy while
+    ``n`` bodies run, bodies starting at the times ``on`` and ending at ``off``."""
+    t = np.concatenate([np.asarray(on, dtype=np.float64), np.asarray(off, dtype=np.float64)])
+    if not t.size:
+        return 0.0
+    change = np.concatenate([np.ones(len(on), dtype=np.int64), -np.ones(len(off), dtype=np.int64)])
+    order = np.argsort(t, kind="stable")
+    t = np.concatenate([[0.0], t[order]])
+    running = np.concatenate([[0], np.cumsum(change[order])])[:-1]
+    at = np.asarray(busy_at)[np.minimum(running, len(busy_at) - 1)]
+    return float((at * np.diff(t)).sum())

@@ -123,9 +123,9 @@ class Steady:
         risky |= lat + busy * _RISK + td > (cell.scn.policy.timeout or math.inf)
         st.plan[k] = (risky.tolist(), (lat + busy + td).tolist(), lat.tolist(), busy.tolist(), share.tolist())
 
-    def run(self, i: int):
-        """Trajectory ``i`` as one wait. Returns ``(i, 0)`` without running it when it must run in
-        full (it could fail or time out), else ``(None, 1)``."""
+    def start(self, i: int) -> float | None:
+        """Start trajectory ``i`` as one wait: returns how long it waits (then call :meth:`end`),
+        or None without starting it when it must run in full (it could fail or time out)."""
         cell = self.cell
         st = cell._chunk(i // CHUNK)
         j = i - st.lo
@@ -135,9 +135,9 @@ class Steady:
         risky, total, lat, busy, share = st.plan[k]
         r = j - k * self.block
         if risky[r]:
-            return i, 0
-        env, fleet = cell.env, cell.fleet
-        start = env.now
+            return None
+        fleet = cell.fleet
+        start = cell.env.now
         wait = fleet._rate_delay() if cell.sub.create_rate is not None else 0.0
         st.out[j, 0], st.t0[j], st.one_wait[j] = start, start + wait, True
         b0 = start + wait + lat[r]
@@ -146,11 +146,13 @@ class Steady:
         self.lean += 1
         fleet.bg = self.lean * self.unit
         self.ran += 1
-        yield env.timeout(wait + total[r])
+        return wait + total[r]
+
+    def end(self, i: int) -> None:
+        """One-wait trajectory ``i`` has waited its lifecycle."""
         self.lean -= 1
-        fleet.bg = self.lean * self.unit
-        cell._record(i, st, None)
-        return None, 1
+        self.cell.fleet.bg = self.lean * self.unit
+        self.cell._record(i, self.cell._chunk(i // CHUNK), None)
 
 
 def _bounds(c: int, n: int) -> tuple[int, int, int]:

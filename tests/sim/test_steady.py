@@ -98,3 +98,15 @@ def test_fails_within_agrees_with_first_failure_call_by_call():
     for p in (0.0, 1e-4, 0.01, 0.3, 1.0):
         want = [first_failure(float(a), p, int(c)) > 0 for a, c in zip(u, calls)]
         assert fails_within(u, p, calls).tolist() == want
+
+
+def test_engine_busy_time_integrates_the_bodies_running():
+    from array import array
+
+    from simrollout.sim.model import busy_integral
+
+    # 0-1 s none, 1-2 s one, 2-3 s two, 3-5 s one (an end before a start at the same instant
+    # counts nothing in between); more bodies than the curve's counts read its last figure
+    assert busy_integral(array("d", [1, 2, 3]), array("d", [3, 5, 3]), [0.0, 10.0, 20.0]) == 50.0
+    assert busy_integral(array("d", [0, 0, 0]), array("d", [2, 2, 2]), [0.0, 1.0, 4.0]) == 8.0
+    assert busy_integral(array("d"), array("d"), [0.0, 1.0]) == 0.0
