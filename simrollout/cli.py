@@ -649,8 +649,8 @@ def validate(
     held_out: bool = typer.Option(
         False,
         "--held-out",
-        help="The held-out workload: another tool mix, an LLM wait, staggered "
-        "arrivals, levels 16 and 44 (overrides --concurrency and the tool options).",
+        help="The held-out workload (validation.HELD_OUT): another tool mix, an LLM wait, "
+        "staggered arrivals, its own levels (overrides --concurrency and the tool options).",
     ),  # fmt: skip
     image: str = typer.Option("simrollout-busybox:local", help="Image."),
     seed: int = typer.Option(0, help="Seed of the drawn command durations."),

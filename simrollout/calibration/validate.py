@@ -60,10 +60,10 @@ TARGETS = {"infra_per_trajectory": 10, "makespan": 10, "duration_p50": 10, "dura
            "cold_start_p50": 20}  # fmt: skip
 # (the workloads held out before it, since used to choose between models: validation/README.md)
 HELD_OUT = {
-    "levels": [12, 36],
-    "tool": {"kind": "lognormal", "median": 0.25, "p99": 1.5},
-    "llm": {"kind": "lognormal", "median": 1.2, "p99": 3.5},
-    "arrival_rate": 5.0,
+    "levels": [20, 40],
+    "tool": {"kind": "lognormal", "median": 0.3, "p99": 2.0},
+    "llm": {"kind": "lognormal", "median": 2.0, "p99": 5.0},
+    "arrival_rate": 3.0,
 }
 
 
