@@ -18,10 +18,12 @@ from simrollout.calibration.cleanup import Owned, sweep_stale
 from tests.conftest import cli
 
 
-def _start_probe(backend: str, out: Path, levels: str = "8") -> subprocess.Popen:
+def _start_probe(backend: str, out: Path, think: float = 0.0) -> subprocess.Popen:
+    """A probe of 64 sandboxes x 20 commands at 8 in flight; ``think`` paces each command, so a
+    fast backend still holds sandboxes when the test kills it (at least 20 x think per sandbox)."""
     return subprocess.Popen(
         [sys.executable, "-m", "simrollout.cli", "probe", backend, "--sandboxes", "64", "--commands", "20",
-         "--concurrency", levels, "-o", str(out)],
+         "--concurrency", "8", "--think", str(think), "-o", str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 
@@ -66,7 +68,7 @@ def test_owned_sandboxes_of_a_dead_owner_are_stale_and_old_ones_too():
 def test_process_probe_killed_hard_leaves_folders_that_the_next_probe_removes(tmp_path, moment):
     be = get_backend("process")
     mine = lambda: [s for s in be.owned() if s.id.startswith(tempfile.gettempdir())]  # noqa: E731
-    proc = _start_probe("process", tmp_path / "p.jsonl")
+    proc = _start_probe("process", tmp_path / "p.jsonl", think=0.2)  # else it can end before the kill
     left = _kill_when_created(
         proc, tmp_path / "p.jsonl", lambda: [s for s in mine() if s.owner.endswith(f":{proc.pid}")], moment
     )
