@@ -105,8 +105,8 @@ def test_engine_busy_time_integrates_the_bodies_running():
 
     from simrollout.sim.model import busy_integral
 
-    # 0-1 s none, 1-2 s one, 2-3 s two, 3-5 s one (an end before a start at the same instant
-    # counts nothing in between); more bodies than the curve's counts read its last figure
+    # 0-1 s none, 1-2 s one, 2-3 s two, 3-5 s one (a start and two ends at 3 s: nothing lasts
+    # between them); more bodies than the curve has counts read its last figure
     assert busy_integral(array("d", [1, 2, 3]), array("d", [3, 5, 3]), [0.0, 10.0, 20.0]) == 50.0
     assert busy_integral(array("d", [0, 0, 0]), array("d", [2, 2, 2]), [0.0, 1.0, 4.0]) == 8.0
     assert busy_integral(array("d"), array("d"), [0.0, 1.0]) == 0.0
