@@ -148,7 +148,9 @@ class Cell:
         # trajectory fidelity: the load as the sum of every running body's expected share of
         # its current segment in generation (the tier) and in exec overhead (per host)
         self._gen_load = 0.0
-        self._pending: list[tuple[float, int, float]] = []  # one-wait bodies' starts and ends to come
+        # a loaded tier without a pilot: one-wait bodies' starts and ends to come, with their share
+        # in generation (a pilot's are in _lean_on / _lean_off)
+        self._pending: list[tuple[float, int, float]] = []
         self._heads = bool(inf and inf.slowdown)  # a segment's first generation waited on its own
         self._slowdown = inf.slowdown if self._heads else 0.0
         self._engines = inf.engines if inf else 1
