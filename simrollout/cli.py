@@ -695,7 +695,15 @@ def validate(
     import pandas as pd
 
     from .calibration.backends import get_backend
-    from .calibration.validate import HELD_OUT, compare, mini_rollout_scenario, real_rollout, speed_check
+    from .calibration.validate import (
+        HELD_OUT,
+        OPS_COLUMNS,
+        compare,
+        exec_by_load,
+        mini_rollout_scenario,
+        real_rollout,
+        speed_check,
+    )
     from .calibration.validate import record as keep
 
     trajectories = trajectories if trajectories is not None else (16 if engine else 64)
@@ -754,40 +762,58 @@ def validate(
         )
     scn = mini_rollout_scenario(profile, trajectories, steps, levels, tool, seed, llm, rate)
     be = get_backend(backend)
+    timed: list = []  # every real operation, for the execs' overhead by load
     runs, speed = _checked_runs(
         repeat,
-        lambda k: real_rollout(be, scn, image, run=k),
+        lambda k: real_rollout(be, scn, image, run=k, ops=timed),
         lambda at: speed_check(be, profile, image, at, seed),
     )
     real = pd.concat(runs, ignore_index=True)
     table = compare(real, scn)
+    ops = pd.DataFrame(timed, columns=OPS_COLUMNS)
     kind = "held-out workload" if held_out else "workload"
     title = f"validate: {trajectories} x {steps} steps on {backend}, {kind}"
     if repeat > 1:
         title += f", real: median of {repeat} runs"
     note = _speed_note(speed, "8 sandboxes at once, infrastructure time per trajectory")
     _conclude(title, "simulated\n(95% range)", table, record,
-              lambda tmp: keep(tmp, scn, real, table, be, speed), notes=[note])  # fmt: skip
+              lambda tmp: keep(tmp, scn, real, table, be, speed, ops),
+              notes=[note, _exec_load_note(exec_by_load(ops, scn.substrates[0]))])  # fmt: skip
+
+
+def _exec_load_note(by_load) -> str:
+    """One line on the real execs' overhead against the profile's curve at the loads they started
+    under (``exec_by_load``)."""
+    bands = ", ".join(f"{r.load}: {r.diff_pct:+.0f}% ({r.execs})" for r in by_load.iloc[:-1].itertuples())
+    last = by_load.iloc[-1]
+    return (
+        f"exec overhead at the real execs' loads, the profile's curve against the real (operations in "
+        f"flight: profile over real, execs): {bands}; every exec {1000 * last.profile:.0f} ms against "
+        f"{1000 * last.real:.0f} ms ({last.diff_pct:+.0f}%)"
+    )
 
 
 def _against(folder: Path, profile: Path, engine: bool) -> None:
     """``validate --against``: a recorded real run (a sandbox rollout, or with ``engine`` an
     agent loop) against ``profile``'s simulation of the same workload, nothing real run."""
+    notes = []
     if engine:
         from .calibration.validate_engine import compare_engine, recorded_agent_loop
 
         scn, real = recorded_agent_loop(folder, profile)
         table, simulated, what = compare_engine(real, scn), "simulated", "agent loop"
     else:
-        from .calibration.validate import compare, recorded_rollout
+        from .calibration.validate import compare, exec_by_load, read_ops, recorded_rollout
 
         scn, real = recorded_rollout(folder, profile)
         table, simulated, what = compare(real, scn), "simulated\n(95% range)", "rollout"
+        if (folder / "ops.csv").is_file():  # recorded with every operation timed
+            notes = [_exec_load_note(exec_by_load(read_ops(folder / "ops.csv"), scn.substrates[0]))]
     runs = real["run"].nunique() if "run" in real else 1
     title = f"validate: the real {what} recorded in {folder} against {profile.name}"
     if runs > 1:
         title += f", real: median of {runs} runs"
-    _conclude(title, simulated, table, None, None)
+    _conclude(title, simulated, table, None, None, notes=notes)
 
 
 def _checked_runs(repeat: int, run, check):

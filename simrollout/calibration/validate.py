@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 
 from ..errors import InputError
-from ..scenario import Scenario, scenario_from_dict
+from ..scenario import Scenario, Substrate, scenario_from_dict
 from ..workload import draw_work
 from .backends import Backend
 
@@ -60,10 +60,10 @@ TARGETS = {"infra_per_trajectory": 10, "makespan": 10, "duration_p50": 10, "dura
            "cold_start_p50": 20}  # fmt: skip
 # (the workloads held out before it, since used to choose between models: validation/README.md)
 HELD_OUT = {
-    "levels": [20, 40],
-    "tool": {"kind": "lognormal", "median": 0.3, "p99": 2.0},
-    "llm": {"kind": "lognormal", "median": 2.0, "p99": 5.0},
-    "arrival_rate": 3.0,
+    "levels": [24, 48],
+    "tool": {"kind": "lognormal", "median": 0.6, "p99": 4.0},
+    "llm": {"kind": "lognormal", "median": 1.0, "p99": 3.0},
+    "arrival_rate": 2.0,
 }
 
 
@@ -108,9 +108,14 @@ def arrivals(scn: Scenario) -> np.ndarray:
     return np.cumsum(np.concatenate(gaps))
 
 
-def real_rollout(backend: Backend, scn: Scenario, image: str, run: int = 0) -> pd.DataFrame:
+def real_rollout(
+    backend: Backend, scn: Scenario, image: str, run: int = 0, ops: list | None = None
+) -> pd.DataFrame:
     """Run the scenario's trajectories for real at every concurrency level; ``run`` numbers a
-    repetition (the same draws)."""
+    repetition (the same draws). ``ops``, when given, receives one row per timed operation
+    (:data:`OPS_COLUMNS`: its start from the level's origin, its latency, an exec's command
+    seconds)."""
+    keep = ops.append if ops is not None else (lambda row: None)
     work = draw_work(scn, 0, detail=True)
     arrive = arrivals(scn)
     rows = []
@@ -128,6 +133,7 @@ def real_rollout(backend: Backend, scn: Scenario, image: str, run: int = 0) -> p
             start = time.perf_counter() - t_origin
             box = backend.create(image, tag)
             cold = time.perf_counter() - t_origin - start
+            keep((run, level, i, "create", start, cold, 0.0))
             llm = execs = 0.0
             try:
                 call = int(work.call_off[i])
@@ -141,12 +147,17 @@ def real_rollout(backend: Backend, scn: Scenario, image: str, run: int = 0) -> p
                     for _ in range(int(work.step_calls[s])):
                         t0 = time.perf_counter()
                         backend.exec(box, f"sleep {work.call_tool[call]:.4f}")
-                        execs += time.perf_counter() - t0
+                        took = time.perf_counter() - t0
+                        execs += took
+                        keep(
+                            (run, level, i, "exec", t0 - t_origin, took, float(f"{work.call_tool[call]:.4f}"))
+                        )
                         call += 1
             finally:
                 t0 = time.perf_counter()
                 backend.remove(box)
                 teardown = time.perf_counter() - t0
+                keep((run, level, i, "teardown", t0 - t_origin, teardown, 0.0))
             return {
                 "concurrency": level,
                 "trajectory": i,
@@ -169,6 +180,71 @@ def real_rollout(backend: Backend, scn: Scenario, image: str, run: int = 0) -> p
             pool.shutdown(wait=True, cancel_futures=True)
             backend.sweep(tag)  # a create cut short by an error is removed too
     return pd.DataFrame(rows).assign(run=run)
+
+
+OPS_COLUMNS = ["run", "concurrency", "trajectory", "phase", "start", "latency", "command"]
+LOAD_BINS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # lower edges of the exec-by-load rows
+
+
+def read_ops(path: Path) -> pd.DataFrame:
+    """A record's ``ops.csv`` (:data:`OPS_COLUMNS`), checked."""
+    try:
+        ops = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a CSV table ({exc}).") from None
+    missing = [c for c in OPS_COLUMNS if c not in ops]
+    if missing:
+        raise InputError(
+            f"{path}: missing column(s) {', '.join(missing)}; expected every timed operation of a "
+            f"real rollout with {', '.join(OPS_COLUMNS)} (written by 'simrollout validate --record')."
+        )
+    return ops
+
+
+def loads_at_start(ops: pd.DataFrame, sub: Substrate) -> pd.DataFrame:
+    """The real execs (``ops`` rows, :data:`OPS_COLUMNS`) with ``overhead`` (latency less the
+    command) and ``load``: operations in flight at the exec's start as the model counts them
+    (creates, teardowns and execs' overheads of the same run and level, itself included; weighed
+    when the profile weighs operations)."""
+    rows = sub.contention.weight_rows()
+    w = dict(zip(("create", "exec", "teardown"), rows["exec"] if rows else (1.0, 1.0, 1.0)))
+    out = []
+    for _, g in ops.groupby(["run", "concurrency"], sort=True):
+        s = g.start.to_numpy()
+        e = s + (g.latency - g.command).to_numpy()  # an exec loads the engine for its overhead
+        x = g[g.phase == "exec"]
+        t = x.start.to_numpy()
+        load = np.zeros(len(x))
+        for ph, wq in w.items():
+            m = (g.phase == ph).to_numpy()
+            load += wq * ((s[m][None, :] <= t[:, None]) & (e[m][None, :] > t[:, None])).sum(axis=1)
+        out.append(x.assign(overhead=(x.latency - x.command).to_numpy(), load=load))
+    return (
+        pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=[*OPS_COLUMNS, "overhead", "load"])
+    )
+
+
+def exec_by_load(ops: pd.DataFrame, sub: Substrate) -> pd.DataFrame:
+    """Real exec overhead against the profile's at the loads the real execs started under: per
+    band of load (:data:`LOAD_BINS`), the real median overhead and the profile's (its median
+    overhead times the contention multiplier at each exec's load, the median of those), then
+    every exec's mean. This reads the contention curve alone, apart from how the simulation's own
+    loads come out."""
+    x = loads_at_start(ops, sub)
+    f, m0 = sub.contention.factor("exec"), float(sub.exec_overhead.ppf(0.5))
+    x = x.assign(profile=m0 * np.array([f(n) for n in x.load]), band=np.digitize(x.load, LOAD_BINS) - 1)
+    rows = []
+    for b, g in x.groupby("band"):
+        lo = LOAD_BINS[max(b, 0)]
+        hi = LOAD_BINS[b + 1] if b + 1 < len(LOAD_BINS) else None
+        rows.append({"load": f"{lo:g}" if hi == lo + 1 else f"{lo:g}-{hi - 1:g}" if hi else f"{lo:g}+",
+                     "execs": len(g), "real": float(g.overhead.median()),
+                     "profile": float(g.profile.median())})  # fmt: skip
+    mean = sub.exec_overhead.mean() / m0  # the multiplier scales the whole distribution
+    rows.append({"load": "all (mean)", "execs": len(x), "real": float(x.overhead.mean()),
+                 "profile": float((x.profile * mean).mean())})  # fmt: skip
+    t = pd.DataFrame(rows)
+    return t.assign(diff_pct=100 * (t.profile / t.real - 1)).round(4)
 
 
 def compare(real: pd.DataFrame, scn: Scenario, draws: int = 30) -> pd.DataFrame:
@@ -291,9 +367,9 @@ def read_record(folder: Path, what: str, columns, swap) -> tuple[Scenario, pd.Da
 
 
 def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame, backend: Backend,
-           speed: pd.DataFrame | None = None) -> None:  # fmt: skip
-    """Commit-ready record: inputs, real measurements, comparison, the engine's speed checks and
-    the machine."""
+           speed: pd.DataFrame | None = None, ops: pd.DataFrame | None = None) -> None:  # fmt: skip
+    """Commit-ready record: inputs, real measurements (``ops``: each operation, and the execs'
+    overhead by load), comparison, the engine's speed checks and the machine."""
     import os
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -306,6 +382,9 @@ def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame,
     table.to_csv(folder / "comparison.csv", index=False)
     if speed is not None:
         speed.to_csv(folder / "speed.csv", index=False)
+    if ops is not None:
+        ops.to_csv(folder / "ops.csv", index=False)
+        exec_by_load(ops, scn.substrates[0]).to_csv(folder / "exec_by_load.csv", index=False)
 
     machine = {
         "host": socket.gethostname(),

@@ -51,10 +51,23 @@ def test_held_out_style_rollout_with_llm_waits_and_staggered_arrivals(docker_eng
     tool = {"kind": "lognormal", "median": 0.05, "p99": 0.2}
     scn = mini_rollout_scenario(path, trajectories=6, steps=3, levels=[2], tool=tool, seed=2, llm=llm,
                                 arrival_rate=3.0)  # fmt: skip
-    real = real_rollout(be, scn, "simrollout-busybox:local")
+    ops = []
+    real = real_rollout(be, scn, "simrollout-busybox:local", ops=ops)
     # each trajectory waited for its arrival and spent its LLM turns waiting on the client
     assert (real.start + 1e-3 >= arrivals(scn)).all()
     assert (real.llm > 0.2).all()
+    # every operation was timed: a create, three execs (at least their commands) and a teardown each
+    import pandas as pd
+
+    from simrollout.calibration.validate import OPS_COLUMNS
+
+    ops = pd.DataFrame(ops, columns=OPS_COLUMNS)
+    assert ops.groupby("phase").size().to_dict() == {"create": 6, "exec": 18, "teardown": 6}
+    x = ops[ops.phase == "exec"]
+    assert (x.latency >= x.command).all() and (x.command > 0).all()
+    by = ops.groupby(["phase", "trajectory"]).latency.sum()
+    for r in real.itertuples():
+        assert abs(by["exec", r.trajectory] - r.execs) < 1e-9 and by["create", r.trajectory] == r.cold
     table = compare(real, scn, draws=5).set_index("metric")
     assert (table.sim_lo <= table.simulated + 1e-9).all() and (table.simulated <= table.sim_hi + 1e-9).all()
     assert table.loc["infra_per_trajectory", "real"] > 0
@@ -258,3 +271,55 @@ def test_against_refuses_a_folder_without_a_record_and_other_modes(tmp_path, roo
         and "scenario.yaml: malformed YAML" in proc.stderr
         and "Traceback" not in proc.stderr
     )
+
+
+def _exec_profile(root, path, contention):
+    """docker-local with a constant 0.1 s exec overhead and ``contention`` for execs."""
+    import yaml
+
+    data = yaml.safe_load((root / "calibration/profiles/docker-local.yaml").read_text())
+    data["substrate"]["exec_overhead"] = {"kind": "constant", "value": 0.1}
+    data["substrate"]["contention"] = {"exec": contention}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_exec_by_load_reads_the_profiles_curve_at_the_loads_the_real_execs_started_under(tmp_path, root):
+    import pandas as pd
+
+    from simrollout.calibration.validate import exec_by_load, loads_at_start
+
+    # one level: a create 0-0.5 s; exec A at 1.0 s (overhead 0.1, then a 1 s command); exec B at
+    # 1.05 s, inside A's overhead (0.3, no command); exec C at 1.2 s, while A's command runs (its
+    # overhead is over: it loads nothing then); a teardown at 3.0 s. A second run alone: D at 0.
+    ops = pd.DataFrame(
+        [(0, 2, 0, "create", 0.0, 0.5, 0.0), (0, 2, 0, "exec", 1.0, 1.1, 1.0), (0, 2, 1, "exec", 1.05, 0.3, 0.0),
+         (0, 2, 0, "exec", 1.2, 0.1, 0.0), (0, 2, 0, "teardown", 3.0, 0.1, 0.0), (1, 2, 0, "exec", 1.05, 0.1, 0.0)],
+        columns=["run", "concurrency", "trajectory", "phase", "start", "latency", "command"],
+    )  # fmt: skip
+    scn = mini_rollout_scenario(
+        _exec_profile(root, tmp_path / "p.yaml", 1.0), 2, 1, [2], {"kind": "constant", "value": 0.1}, 1
+    )
+    x = loads_at_start(ops, scn.substrates[0])
+    # B counts A's overhead; C counts B's (1.05-1.35) but not A's command; D is another run's
+    assert x.load.tolist() == [1.0, 2.0, 2.0, 1.0]
+    assert x.overhead.round(6).tolist() == [0.1, 0.3, 0.1, 0.1]
+    t = exec_by_load(ops, scn.substrates[0]).set_index("load")
+    # slope 1: the profile gives 0.1 s at one in flight, 0.2 s at two
+    assert (
+        t.loc["1", "execs"] == 2
+        and abs(t.loc["1", "profile"] - 0.1) < 1e-9
+        and abs(t.loc["1", "real"] - 0.1) < 1e-9
+    )
+    assert (
+        t.loc["2", "execs"] == 2
+        and abs(t.loc["2", "profile"] - 0.2) < 1e-9
+        and abs(t.loc["2", "real"] - 0.2) < 1e-9
+    )
+    assert abs(t.loc["all (mean)", "real"] - 0.15) < 1e-9 and abs(t.loc["all (mean)", "diff_pct"]) < 1e-6
+    # a flat profile reads the loaded execs short: at two in flight half the real 0.2 s
+    flat = mini_rollout_scenario(
+        _exec_profile(root, tmp_path / "f.yaml", 0.0), 2, 1, [2], {"kind": "constant", "value": 0.1}, 1
+    )
+    t = exec_by_load(ops, flat.substrates[0]).set_index("load")
+    assert abs(t.loc["2", "diff_pct"] + 50) < 1e-6 and abs(t.loc["1", "diff_pct"]) < 1e-6
