@@ -323,3 +323,25 @@ def test_exec_by_load_reads_the_profiles_curve_at_the_loads_the_real_execs_start
     )
     t = exec_by_load(ops, flat.substrates[0]).set_index("load")
     assert abs(t.loc["2", "diff_pct"] + 50) < 1e-6 and abs(t.loc["1", "diff_pct"]) < 1e-6
+
+
+def test_against_reads_a_records_timed_operations_and_refuses_a_broken_ops_file(tmp_path, root):
+    import pandas as pd
+
+    from tests.conftest import cli
+
+    profile = str(root / "calibration/profiles/docker-local.yaml")
+    folder = _recorded(tmp_path, profile)
+    # two execs of 50 ms overhead, the second started inside the first's
+    ops = pd.DataFrame([(0, 2, 0, "exec", 1.0, 0.15, 0.1), (0, 2, 1, "exec", 1.02, 0.05, 0.0)],
+                       columns=["run", "concurrency", "trajectory", "phase", "start", "latency", "command"])  # fmt: skip
+    ops.to_csv(folder / "ops.csv", index=False)
+    proc = cli("validate", "--profile", profile, "--against", str(folder))
+    assert proc.returncode in (0, 1), proc.stderr
+    line = " ".join(proc.stdout.split())
+    assert "exec overhead at the real execs' loads" in line and "1: " in line and "2: " in line
+    assert "against 50 ms" in line  # every exec's mean real overhead
+    ops.drop(columns="command").to_csv(folder / "ops.csv", index=False)
+    proc = cli("validate", "--profile", profile, "--against", str(folder))
+    assert proc.returncode == 2 and "ops.csv: missing column(s) command" in proc.stderr
+    assert "Traceback" not in proc.stderr
