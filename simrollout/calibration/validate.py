@@ -217,7 +217,8 @@ def loads_at_start(ops: pd.DataFrame, sub: Substrate) -> pd.DataFrame:
         load = np.zeros(len(x))
         for ph, wq in w.items():
             m = (g.phase == ph).to_numpy()
-            load += wq * ((s[m][None, :] <= t[:, None]) & (e[m][None, :] > t[:, None])).sum(axis=1)
+            started = np.searchsorted(np.sort(s[m]), t, side="right")
+            load += wq * (started - np.searchsorted(np.sort(e[m]), t, side="right"))
         out.append(x.assign(overhead=(x.latency - x.command).to_numpy(), load=load))
     return (
         pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=[*OPS_COLUMNS, "overhead", "load"])
