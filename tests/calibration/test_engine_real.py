@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
+import numpy as np
 import pytest
 
 from simrollout.calibration.engine_fit import engine_profile
@@ -62,8 +63,14 @@ def test_calibrated_profile_predicts_the_probe(probed, tmp_path):
     it = prof["engine"]["iteration"]
     assert it["base"] > 0 and it["per_prefill_token"] > 0
     assert prof["engine"]["kv_capacity_tokens"] == 8 * 2048 and prof["engine"]["max_running"] == 8
-    # batching shows: 4 decodes together take less than 4 times one decode's iteration
-    assert it["per_decode"] < it["base"]
+    # batching shows, in the records and in the fit: 4 decodes together spend less than 3 times
+    # one lone decode's time per token (serial decoding would spend 4), and the fitted iteration
+    # of 4 decodes is under 3 lone ones (per_decode < 2 x base). The split between base and
+    # per_decode itself is not asserted: from this small probe it ranges 0.3-1.05 run to run.
+    decode = [r for r in recs if r["mode"] == "decode" and r["ok"]]
+    tpot = {c: float(np.median([r["tpot"] for r in decode if r["concurrency"] == c])) for c in (1, 4)}
+    assert tpot[4] < 3 * tpot[1], tpot
+    assert it["base"] + 4 * it["per_decode"] < 3 * (it["base"] + it["per_decode"]), it
     for key, row in prof["fit"].items():
         if key.startswith("c1_"):  # one request at a time: the straight lines hold
             assert abs(row["ttft_rel_error"]) < 0.35 and abs(row["tpot_rel_error"]) < 0.5, (key, row)
