@@ -776,9 +776,10 @@ def validate(
     if repeat > 1:
         title += f", real: median of {repeat} runs"
     note = _speed_note(speed, "8 sandboxes at once, infrastructure time per trajectory")
+    by_load = exec_by_load(ops, scn.substrates[0])
     _conclude(title, "simulated\n(95% range)", table, record,
-              lambda tmp: keep(tmp, scn, real, table, be, speed, ops),
-              notes=[note, _exec_load_note(exec_by_load(ops, scn.substrates[0]))])  # fmt: skip
+              lambda tmp: keep(tmp, scn, real, table, be, speed, ops, by_load),
+              notes=[note, _exec_load_note(by_load)])  # fmt: skip
 
 
 def _exec_load_note(by_load) -> str:

@@ -186,43 +186,42 @@ OPS_COLUMNS = ["run", "concurrency", "trajectory", "phase", "start", "latency", 
 LOAD_BINS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # lower edges of the exec-by-load rows
 
 
-def read_ops(path: Path) -> pd.DataFrame:
-    """A record's ``ops.csv`` (:data:`OPS_COLUMNS`), checked."""
+def read_table(path: Path, columns, expected: str, hint: str) -> pd.DataFrame:
+    """A CSV table at ``path`` with ``columns``, or a clear error: ``expected`` says what it
+    should hold, ``hint`` where it comes from."""
     try:
-        ops = pd.read_csv(path)
+        table = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not a CSV table ({exc}).") from None
-    missing = [c for c in OPS_COLUMNS if c not in ops]
+    missing = [c for c in columns if c not in table]
     if missing:
         raise InputError(
-            f"{path}: missing column(s) {', '.join(missing)}; expected every timed operation of a "
-            f"real rollout with {', '.join(OPS_COLUMNS)} (written by 'simrollout validate --record')."
+            f"{path}: missing column(s) {', '.join(missing)}; expected {expected} with "
+            f"{', '.join(columns)} ({hint})."
         )
-    return ops
+    return table
+
+
+def read_ops(path: Path) -> pd.DataFrame:
+    """A record's ``ops.csv`` (:data:`OPS_COLUMNS`), checked."""
+    return read_table(path, OPS_COLUMNS, "every timed operation of a real rollout",
+                      "written by 'simrollout validate --record'")  # fmt: skip
 
 
 def loads_at_start(ops: pd.DataFrame, sub: Substrate) -> pd.DataFrame:
     """The real execs (``ops`` rows, :data:`OPS_COLUMNS`) with ``overhead`` (latency less the
     command) and ``load``: operations in flight at the exec's start as the model counts them
     (creates, teardowns and execs' overheads of the same run and level, itself included; weighed
-    when the profile weighs operations)."""
+    when the profile weighs operations), by the probe's own count (:func:`fit.in_flight`)."""
+    from .fit import in_flight
+
     rows = sub.contention.weight_rows()
     w = dict(zip(("create", "exec", "teardown"), rows["exec"] if rows else (1.0, 1.0, 1.0)))
-    out = []
-    for _, g in ops.groupby(["run", "concurrency"], sort=True):
-        s = g.start.to_numpy()
-        e = s + (g.latency - g.command).to_numpy()  # an exec loads the engine for its overhead
-        x = g[g.phase == "exec"]
-        t = x.start.to_numpy()
-        load = np.zeros(len(x))
-        for ph, wq in w.items():
-            m = (g.phase == ph).to_numpy()
-            started = np.searchsorted(np.sort(s[m]), t, side="right")
-            load += wq * (started - np.searchsorted(np.sort(e[m]), t, side="right"))
-        out.append(x.assign(overhead=(x.latency - x.command).to_numpy(), load=load))
-    return (
-        pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=[*OPS_COLUMNS, "overhead", "load"])
-    )
+    overhead = ops.latency - ops.command  # an exec loads the engine for its overhead
+    recs = ops.assign(run_id=ops.run, latency=overhead).to_dict("records")
+    load = sum(wq * in_flight(recs, ph) for ph, wq in w.items())
+    execs = (ops.phase == "exec").to_numpy()
+    return ops[execs].assign(overhead=overhead[execs], load=load[execs]).reset_index(drop=True)
 
 
 def exec_by_load(ops: pd.DataFrame, sub: Substrate) -> pd.DataFrame:
@@ -347,17 +346,8 @@ def read_record(folder: Path, what: str, columns, swap) -> tuple[Scenario, pd.Da
         raise InputError(f"{paths['scenario.yaml']}: expected a recorded scenario (a mapping).")
     swap(data, paths["scenario.yaml"])
     scn = scenario_from_dict(data, paths["scenario.yaml"])
-    try:
-        real = pd.read_csv(paths["real.csv"])
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(f"{paths['real.csv']}: not a CSV table ({exc}).") from None
-    missing = [c for c in columns if c not in real]
-    if missing:
-        raise InputError(
-            f"{paths['real.csv']}: missing column(s) {', '.join(missing)}; expected the real "
-            f"measurements of {what} with {', '.join(columns)} (an engine's agent loop is read "
-            "with --engine, a sandbox rollout without)."
-        )
+    real = read_table(paths["real.csv"], columns, f"the real measurements of {what}",
+                      "an engine's agent loop is read with --engine, a sandbox rollout without")  # fmt: skip
     levels, want = sorted(set(real.concurrency.tolist())), sorted(scn.cluster.levels)
     if levels != want:
         raise InputError(
@@ -368,9 +358,11 @@ def read_record(folder: Path, what: str, columns, swap) -> tuple[Scenario, pd.Da
 
 
 def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame, backend: Backend,
-           speed: pd.DataFrame | None = None, ops: pd.DataFrame | None = None) -> None:  # fmt: skip
-    """Commit-ready record: inputs, real measurements (``ops``: each operation, and the execs'
-    overhead by load), comparison, the engine's speed checks and the machine."""
+           speed: pd.DataFrame | None = None, ops: pd.DataFrame | None = None,
+           by_load: pd.DataFrame | None = None) -> None:  # fmt: skip
+    """Commit-ready record: inputs, real measurements (``ops``: each operation; ``by_load``: the
+    execs' overhead by load, :func:`exec_by_load`), comparison, the engine's speed checks and the
+    machine."""
     import os
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -385,7 +377,8 @@ def record(folder: Path, scn: Scenario, real: pd.DataFrame, table: pd.DataFrame,
         speed.to_csv(folder / "speed.csv", index=False)
     if ops is not None:
         ops.to_csv(folder / "ops.csv", index=False)
-        exec_by_load(ops, scn.substrates[0]).to_csv(folder / "exec_by_load.csv", index=False)
+    if by_load is not None:
+        by_load.to_csv(folder / "exec_by_load.csv", index=False)
 
     machine = {
         "host": socket.gethostname(),
