@@ -60,6 +60,8 @@ TRAINING = [
     ("masked_samples", "masked", "{:,d}"),
     ("discarded_samples", "discarded", "{:,d}"),
     ("discarded_worker_hours", "discarded worker-h", "{:,.2f}"),
+    ("length_bias_turns", "kept/started turns", "{:.2f}"),
+    ("length_bias_body_seconds", "kept/started s", "{:.2f}"),
     ("useful_trajectories_per_hour", "useful traj/h", "{:,.0f}"),
 ]
 

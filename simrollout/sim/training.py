@@ -90,6 +90,7 @@ class TrainingLoop:
             cell.llm_gate = lambda: self.gate
         self.steps: list[StepRecord] = []
         self.staleness: list[int] = []  # per trained sample
+        self.trained_members: list[int] = []  # every trained sample's trajectory index
         self.discard = {c: np.zeros(4) for c in CAUSES}  # worker, sandbox, llm seconds; samples
         self.gen_steps = np.zeros(2)  # generated steps under the start version / a newer one
         self.trace = trace
@@ -299,6 +300,7 @@ class TrainingLoop:
             self.trained_groups += 1
             self.groups.pop(grp.g)
         self.staleness.extend((self.version - self.v0[members]).tolist())
+        self.trained_members.extend(members)
         if isinstance(tr.train_time, LinearTime):
             steps = int(self.steps_done[members].sum())
             train = tr.train_time.intercept + tr.train_time.per_step * steps
@@ -448,6 +450,34 @@ class TrainingLoop:
         out["discarded_worker_hours"] = tot[0] / 3600
         out["discarded_sandbox_hours"] = tot[1] / 3600
         out["discarded_generation_hours"] = tot[2] / 3600
+        out.update(self.length_bias())
+        return out
+
+    def length_bias(self) -> dict[str, float]:
+        """What the loop does to the data: mean turns and body seconds of the trained samples, of
+        the started samples discarded for staleness, and of every started sample, and the trained
+        over the started as the bias (below 1: training sees shorter rollouts than it starts).
+
+        A sample's length is its own, as drawn (turns, and unloaded LLM plus tool seconds times
+        its prompt's factor), so a sample cancelled half-way counts at the length it would have
+        had, not at the part it ran."""
+        w, x = self.cell.work, self.cell.task_scale
+        stale = [i for grp in self.groups.values() if grp.cause == "staleness" for i in grp.members]
+        sets = {
+            "trained": np.asarray(self.trained_members, dtype=np.int64),
+            "stale": np.asarray(stale, dtype=np.int64),
+            "started": np.flatnonzero(self.started),
+        }
+        out = {}
+        for name, idx in sets.items():
+            idx = idx[self.started[idx]]
+            turns = w.steps[idx].astype(float)
+            body = (w.llm[idx] + w.tool[idx]) * x[idx]
+            out[f"{name}_mean_turns"] = float(turns.mean()) if idx.size else math.nan
+            out[f"{name}_mean_body_seconds"] = float(body.mean()) if idx.size else math.nan
+        for what in ("turns", "body_seconds"):
+            started = out[f"started_mean_{what}"]
+            out[f"length_bias_{what}"] = out[f"trained_mean_{what}"] / started if started > 0 else math.nan
         return out
 
     def adjust(self, out: dict, inference) -> None:

@@ -240,3 +240,38 @@ def test_every_combination_of_the_loop_trains_its_steps():
             assert r.staleness_max <= 1, case
         runs += 1
     assert runs == 108
+
+
+def test_length_bias_of_a_bound_that_always_discards_the_long_mode():
+    """A quarter of the prompts take 400 turns of 1 s, the rest 1 turn: a step takes a few seconds
+    (short samples are plenty within the bound), so every long sample lags by more than the bound
+    of 5 versions long before it ends, and training sees only the short mode while the loop starts
+    both."""
+    scn = scenario(
+        {"mode": "async", "placement": "disaggregated", "trainer": {"gpus": 1}, "max_staleness": 5,
+         "partial_rollouts": True, "steps": 20, "samples_per_prompt": 1, "train_time": 1,
+         "weight_sync_time": 0.5},
+        **{"workload.steps": {"kind": "discrete", "values": [1, 400], "weights": [3, 1]},
+           "workload.llm_time": 1, "workload.tools": {"shell": {"weight": 1, "latency": 0}},
+           "cluster.concurrency": 64},
+    )  # fmt: skip
+    loop, _ = loop_of(scn)
+    out = loop.summary(0, 0.0)
+    assert out["training_steps_done"] == 20
+    assert out["discarded_staleness"] > 0
+    assert out["trained_mean_turns"] == 1.0 and out["trained_mean_body_seconds"] == pytest.approx(1.0)
+    assert out["stale_mean_turns"] == 400.0 and out["stale_mean_body_seconds"] == pytest.approx(400.0)
+    started = loop.cell.work.steps[loop.started]
+    assert set(np.unique(started)) == {1, 400}
+    assert out["started_mean_turns"] == pytest.approx(started.mean())
+    assert out["length_bias_turns"] == pytest.approx(1.0 / started.mean())
+    assert out["length_bias_turns"] < 0.2
+    # sync without over-sampling trains every group it starts: no bias
+    sync, _ = loop_of(
+        scenario(
+            {"steps": 4}, **{"workload.steps": {"kind": "discrete", "values": [1, 40], "weights": [1, 1]}}
+        )
+    )
+    s = sync.summary(0, 0.0)
+    assert np.isnan(s["stale_mean_turns"])
+    assert s["length_bias_turns"] == pytest.approx(1.0)
