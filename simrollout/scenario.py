@@ -347,11 +347,13 @@ class Arrivals(_Model):
 
 class LinearTime(_Model):
     """Train time as a linear model of the step's work: ``intercept + per_step x`` the generated
-    steps (turns) of the samples it trains on."""
+    steps (turns) of the samples it trains on ``+ per_token x`` their tokens (a token workload:
+    each sample's prompt plus the appended and output tokens of its generated turns)."""
 
     kind: Literal["linear"]
     intercept: NonNegativeFloat = 0.0
     per_step: NonNegativeFloat = 0.0
+    per_token: NonNegativeFloat = 0.0
 
     def mean(self) -> float:
         return self.intercept
@@ -490,6 +492,16 @@ class Scenario(_Model):
                 + ("" if tok.max_context else ", as the context grows over the turns")
                 + "); raise "
                 "engine.kv_capacity_tokens (more GPUs per engine) or set workload.tokens.max_context"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _train_tokens_need_tokens(self):
+        tt = self.training.train_time if self.training else None
+        if isinstance(tt, LinearTime) and tt.per_token and self.workload.tokens is None:
+            raise ValueError(
+                "training.train_time.per_token prices the tokens trained on, which needs a token "
+                "workload (workload.tokens); with llm_time in seconds use per_step"
             )
         return self
 

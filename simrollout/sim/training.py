@@ -97,6 +97,7 @@ class TrainingLoop:
         self._blocks: dict[tuple, np.ndarray] = {}
         self._seed, self._rep = scn.seed, cell.rep
         self.finished = math.nan
+        self._token_cum: np.ndarray | None = None  # running sum of a token workload's turns
 
     # ------------------------------------------------------------ random inputs per prompt
     def _block(self, kind: str, k: int) -> np.ndarray:
@@ -256,6 +257,15 @@ class TrainingLoop:
             self.changed.succeed()
         self.changed = self.env.event()
 
+    def tokens_trained(self, idx: np.ndarray) -> np.ndarray:
+        """Tokens of each sample's sequence as trained: its prompt plus the appended and output
+        tokens of the turns it generated (a token workload)."""
+        w = self.cell.work
+        if self._token_cum is None:
+            self._token_cum = np.concatenate([[0], np.cumsum(w.step_append + w.step_output, dtype=np.int64)])
+        off = w.step_off[idx].astype(np.int64)
+        return w.prompt[idx] + self._token_cum[off + self.steps_done[idx]] - self._token_cum[off]
+
     # ------------------------------------------------------------ collecting and training
     def _fresh(self, grp: Group) -> bool:
         """The group may still train at the current version: in async mode, none of its started
@@ -302,8 +312,10 @@ class TrainingLoop:
         self.staleness.extend((self.version - self.v0[members]).tolist())
         self.trained_members.extend(members)
         if isinstance(tr.train_time, LinearTime):
-            steps = int(self.steps_done[members].sum())
-            train = tr.train_time.intercept + tr.train_time.per_step * steps
+            tt, idx = tr.train_time, np.asarray(members)
+            train = tt.intercept + tt.per_step * int(self.steps_done[idx].sum())
+            if tt.per_token:
+                train += tt.per_token * float(self.tokens_trained(idx).sum())
         else:
             train = float(tr.train_time.sample(rng, 1)[0])
         sync = float(tr.weight_sync_time.sample(rng, 1)[0])

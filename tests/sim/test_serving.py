@@ -287,3 +287,32 @@ def test_the_training_loop_runs_on_serving_engines():
     r = summary(d)
     assert r["training_steps_done"] == 3 and r["llm_requests"] >= 3 * 16 * 8 * 0.5
     assert 0 < r["engine_busy_fraction"] <= 1 and r["ttft_p50"] > 0
+
+
+def test_train_time_in_tokens_prices_each_trained_sequence():
+    """``train_time: {kind: linear, per_token}``: each step trains for its samples' tokens, the
+    prompt plus the appended and output tokens of every turn they generated."""
+    from simrollout.sim.model import Cell
+    from simrollout.workload import draw_work
+
+    d = scenario(2, concurrency=16)
+    d["workload"].pop("trajectories")
+    d["training"] = {"prompts_per_step": 2, "samples_per_prompt": 4, "steps": 3,
+                     "train_time": {"kind": "linear", "intercept": 5, "per_token": 1e-3}}  # fmt: skip
+    scn = scenario_from_dict(d)
+    cell = Cell(scn, scn.substrates[0], 16, 0, draw_work(scn, 0, detail=True), "step", keep=True)
+    cell.run()
+    loop, w = cell.loop, cell.work
+    assert len(loop.steps) == 3 and len(loop.trained_members) == 3 * 8
+    tokens = 0
+    for i in loop.trained_members:  # sync: every trained sample ran all its turns
+        assert loop.steps_done[i] == w.steps[i]
+        a, b = int(w.step_off[i]), int(w.step_off[i + 1])
+        tokens += int(w.prompt[i]) + int(w.step_append[a:b].sum()) + int(w.step_output[a:b].sum())
+    assert sum(x.train for x in loop.steps) == pytest.approx(3 * 5 + 1e-3 * tokens)
+    # seconds-based workloads have no tokens to price
+    d2 = {**d, "training": {**d["training"], "train_time": {"kind": "linear", "per_token": 1e-3}}}
+    d2["workload"] = {k: v for k, v in d["workload"].items() if k != "tokens"} | {"llm_time": 1}
+    d2["cluster"] = {**d["cluster"], "inference": {"engines": 1}}
+    with pytest.raises(Exception, match="per_token prices the tokens trained on"):
+        scenario_from_dict(d2)
