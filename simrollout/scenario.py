@@ -403,6 +403,8 @@ class Training(_Model):
     weight_sync_time: Dist = Constant(value=0.0)
     placement: Literal["colocated", "disaggregated"] = "colocated"
     trainer: Trainer | None = None
+    # disaggregated: a turn waits while the new weights load into the engines it runs on
+    pause_engines_on_sync: bool = True
     task_spread: NonNegativeFloat = 0.0  # sigma of a per-prompt duration factor (lognormal, mean 1)
     over_sampling: NonNegativeFloat = 0.0  # start B x (1 + f) groups, train on the first B ready
     leftover: Literal["cancel", "carry"] = "cancel"

@@ -86,7 +86,7 @@ class TrainingLoop:
         self.changed = self.env.event()  # a group became ready or was discarded, or the budget ran out
         self.collecting = False
         self.gate: simpy.Event | None = None  # closed (pending) while colocated engines train
-        if tr.placement == "colocated":
+        if tr.placement == "colocated" or tr.pause_engines_on_sync:
             cell.llm_gate = lambda: self.gate
         self.steps: list[StepRecord] = []
         self.staleness: list[int] = []  # per trained sample
@@ -328,6 +328,8 @@ class TrainingLoop:
             while self.collecting:
                 yield self.changed
         t1 = env.now
+        if self.gate is None and tr.pause_engines_on_sync:  # disaggregated: the engines load the weights
+            self.gate = env.event()
         yield env.timeout(sync)
         self.version += 1
         if self.gate is not None:

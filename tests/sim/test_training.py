@@ -56,18 +56,25 @@ def test_sync_step_is_the_slowest_trajectory_plus_train_and_sync():
 
 
 @pytest.mark.parametrize("train", [4.0, 30.0])
-def test_one_step_off_step_is_max_of_generation_and_train_plus_sync(train):
+@pytest.mark.parametrize("pause", [False, True])
+def test_one_step_off_step_is_max_of_generation_and_train_plus_sync(train, pause):
     disagg = {
         "mode": "one_step_off",
         "placement": "disaggregated",
         "trainer": {"gpus": 1},
         "train_time": train,
+        "pause_engines_on_sync": pause,
     }
     loop, _ = loop_of(scenario({**disagg, "steps": 8}))
     steps = loop.step_table()
     assert len(steps) == 8
+    # A batch starts as the one before is gathered, which the trainer takes at once. Training 4 s,
+    # the sync runs 4-7 s into the batch: its samples start their turns at 0.5, 3.6, 6.7, ... s
+    # (cold 0.5, a turn 2 + 0.1 + 1 s), so with the engines paused the third turn waits 0.3 s to
+    # 7 s. Training 30 s, the batch is done (16.2 s) before the sync: nothing waits.
+    gen = 16.2 + (0.3 if pause and train == 4.0 else 0.0)
     for row in steps[2:]:  # after the pipeline fills
-        assert row["step_s"] == pytest.approx(max(16.2, train + 3))
+        assert row["step_s"] == pytest.approx(max(gen, train + 3))
     assert max(loop.staleness) == 1
 
 
