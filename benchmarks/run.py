@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from simrollout.executors import run_scenario  # noqa: E402
 from simrollout.fidelity import Row, build, matrix  # noqa: E402
+from simrollout.overrides import base_dict  # noqa: E402
 from simrollout.scenario import load_scenario, scenario_from_dict  # noqa: E402
-from simrollout.sweeps import base_dict  # noqa: E402
 
 
 def measure(cmd: list[str]) -> tuple[float, float]:

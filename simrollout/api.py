@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from .executors import run_scenario
+from .overrides import base_dict, set_path
 from .runner import RunResult
 from .scenario import Scenario, load_scenario, scenario_from_dict
-from .sweeps import base_dict, set_path
 from .sweeps import sweep as _sweep
 
 

@@ -20,9 +20,9 @@ import pandas as pd
 
 from .errors import InputError
 from .executors import run_many
+from .overrides import base_dict, set_path
 from .planner import Target, _ci95, configurations
 from .scenario import Scenario
-from .sweeps import base_dict, set_path
 
 
 @dataclass

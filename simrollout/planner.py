@@ -24,8 +24,8 @@ import pandas as pd
 
 from .errors import InputError
 from .executors import run_many
+from .overrides import base_dict, set_path
 from .scenario import Scenario
-from .sweeps import base_dict, set_path
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -21,8 +21,8 @@ import pandas as pd
 from .metrics import aggregate, summarize
 from .scenario import Scenario
 from .sim.model import Cell
+from .sim.pilot_run import run_pilot
 from .sim.records import Records
-from .sim.serving_pilot import run_pilot
 from .workload import Work, draw_work
 
 

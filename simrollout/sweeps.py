@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import copy
 import itertools
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pandas as pd
 import yaml
 
 from .errors import InputError
+from .overrides import base_dict, set_path
 from .scenario import Scenario, scenario_from_dict
 
 
@@ -30,40 +30,6 @@ def parse_set(text: str) -> tuple[str, list]:
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(f"--set '{text}': a value is not a YAML scalar ({problem}).") from None
-
-
-def set_path(data: dict, path: str, value) -> dict:
-    """A copy of ``data`` with ``path`` (dots; integers index lists) set to ``value``."""
-    out = copy.deepcopy(data)
-    node = out
-    *parents, last = path.split(".")
-    for part in parents:
-        if isinstance(node, list):
-            try:
-                node = node[int(part)]
-            except (ValueError, IndexError):
-                raise InputError(f"--set {path}: '{part}' is not an index of that list.") from None
-        else:
-            if not isinstance(node.get(part, {}), dict | list):
-                raise InputError(f"--set {path}: '{part}' is not a mapping.")
-            node = node.setdefault(part, {})
-    if isinstance(node, list):
-        try:
-            node[int(last)] = value
-        except (ValueError, IndexError):
-            raise InputError(f"--set {path}: '{last}' is not an index of that list.") from None
-    else:
-        node[last] = value
-    return out
-
-
-def base_dict(scn: Scenario) -> dict:
-    """The scenario as a mapping, profiles already merged in (so it validates from anywhere)."""
-    data = scn.model_dump(mode="json", by_alias=True, exclude_none=True)
-    for sub in data["substrates"]:
-        sub.pop("profile", None)
-    (data["cluster"].get("inference") or {}).pop("profile", None)
-    return data
 
 
 def grid(

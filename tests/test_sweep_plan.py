@@ -6,9 +6,10 @@ import pytest
 
 import simrollout as sr
 from simrollout.errors import InputError
+from simrollout.overrides import set_path
 from simrollout.planner import Target, parse_duration, plan
 from simrollout.scenario import scenario_from_dict
-from simrollout.sweeps import knee, parse_set, set_path
+from simrollout.sweeps import knee, parse_set
 from tests.conftest import cli, make
 
 

@@ -8,11 +8,12 @@ import pytest
 
 from simrollout.executors import run_scenario
 from simrollout.fidelity import Row, build
+from simrollout.overrides import base_dict
 from simrollout.runner import work_for
 from simrollout.scenario import load_scenario, scenario_from_dict
 from simrollout.sim.model import Cell
-from simrollout.sim.serving_pilot import FIRST, LAST, STEADY, phases, run_pilot, slice_scenario
-from simrollout.sweeps import base_dict
+from simrollout.sim.pilot_run import run_pilot, slice_scenario
+from simrollout.sim.serving_pilot import FIRST, LAST, STEADY, phases
 
 
 def _alone(tokens: dict, steps: int = 12, trajectories: int = 3) -> dict:
