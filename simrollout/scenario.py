@@ -566,7 +566,7 @@ class Scenario(_Model):
     def fidelity_choice(self) -> tuple[str, str]:
         """The fidelity that runs and why. ``auto`` simulates every step when the run is small (at
         most 200k steps), else uses the trajectory engine, which the fidelity matrix
-        (docs/performance.md) finds within tolerance of the step engine in every mode."""
+        (docs/fidelity.md) finds within tolerance of the step engine in every mode."""
         if self.fidelity != "auto":
             return self.fidelity, "set in the scenario"
         if self.training is not None:

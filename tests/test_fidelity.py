@@ -1,5 +1,5 @@
 """The fidelity matrix at small size: in every mode where ``fidelity: auto`` uses the trajectory
-engine, it agrees with the step engine within the tolerances of docs/performance.md."""
+engine, it agrees with the step engine within the tolerances of docs/fidelity.md."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from simrollout.scenario import scenario_from_dict
 @pytest.mark.parametrize("row", matrix(), ids=lambda r: r.name)
 def test_trajectory_engine_holds_where_auto_uses_it(row: Row):
     # serving rows at 4,000: their luck is a draw, and a p99 of 2,000 trajectories (its 20 largest)
-    # moved by up to 11% between draws (docs/performance.md)
+    # moved by up to 11% between draws (docs/fidelity.md)
     c = compare(row, trajectories=4000 if row.extra == "tokens" else 2000, steps=20)
     if c.fidelity == "step":  # auto routes this mode to the step engine: say so, nothing to hold
         assert row.policy == "sync" and (row.load in ("tier", "both") or row.extra == "tokens")

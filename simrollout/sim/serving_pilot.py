@@ -17,7 +17,7 @@ The trajectory engine then runs each body with ``unloaded x luck x curve(bodies 
 re-read per segment, and accrues engine busy time as ``E x busy share`` over time. The serving
 metrics in its table are the pilot's, counts scaled to the run's turns.
 
-The fidelity matrix (docs/performance.md) holds this against the step engine run whole.
+The fidelity matrix (docs/fidelity.md) holds this against the step engine run whole.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ time order) and, per domain, their share of the fleet's operations. A trajectory
 at the highest load a sample met, or reach its deadline, runs in full, as do the ramp, the first window
 and the last trajectories before the drain.
 
-Used only where the fidelity matrix compares it with the step engine (docs/performance.md, rows
+Used only where the fidelity matrix compares it with the step engine (docs/fidelity.md, rows
 ``.../12k``): async batch runs without warm pools, task images, reuse, a binding quota, shared
 creates, a training loop or a timeline.
 """
