@@ -161,8 +161,9 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
             )
         console.print(
             "step s = generation + last group (waiting from the trained samples' mean end to the "
-            "last group) + train + sync; idle: trainer GPUs not training or syncing, engines "
-            "without a request while they could generate; discarded: over-sampled, filtered, stale, "
+            "last group) + train + sync; idle: trainer GPUs not training or syncing, engine capacity "
+            "unused while they could generate (in tokens: KV cache not held by running requests; in "
+            "seconds: no request); discarded: over-sampled, filtered, stale, "
             "failed groups and groups left at the end (docs/model.md).",
             style="dim",
         )

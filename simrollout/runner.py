@@ -114,7 +114,7 @@ def run_cell(
     if cell.loop is not None:
         inf = scn.cluster.inference
         cell.loop.adjust(summary, inf)
-        summary.update(cell.loop.summary(inf.engines if inf else 0, cell.tier.busy_seconds))
+        summary.update(cell.loop.summary(inf.engines if inf else 0, cell.tier.utilised_seconds))
         summary["_steps"] = cell.loop.step_table()
     # trajectories waited at once at multipliers drawn from a window of the steady state
     summary["one_wait_fraction"] = cell.steady.ran / cell.acc.n if cell.steady and cell.acc.n else 0.0

@@ -42,6 +42,12 @@ class InferenceTier:
         if self.running[e] == 0:
             self.busy_seconds += self.env.now - self._since[e]
 
+    @property
+    def utilised_seconds(self) -> float:
+        """Engine-seconds in use: with turns in seconds there is no capacity to fill, so an
+        engine with a request running counts as used."""
+        return self.busy_seconds
+
 
 def expected_busy_engines(load: np.ndarray, engines: int) -> np.ndarray:
     """E[min(engines, K)] for K ~ Poisson(load): engines busy when ``load`` requests generate.

@@ -330,6 +330,14 @@ class ServingTier:
     def busy_seconds(self) -> float:
         return sum(e.busy for e in self.engines)
 
+    @property
+    def utilised_seconds(self) -> float:
+        """Engine-seconds at full use: the KV cache held by running requests, integrated over
+        time, in units of one engine's cache (an engine running one short request is mostly idle)."""
+        for e in self.engines:
+            e._mark()
+        return sum(e.area_held for e in self.engines) / self.spec.engine.kv_capacity_tokens
+
     def summary(self, makespan: float) -> dict[str, float]:
         """Per-run engine metrics (docs/model.md, "Serving engines")."""
         nan = float("nan")

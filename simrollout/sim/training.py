@@ -416,8 +416,9 @@ class TrainingLoop:
         last weights were synced, whichever is later."""
         return max(self.cell.acc.end, self.finished if self.steps else 0.0)
 
-    def summary(self, engines: int, gen_busy_seconds: float) -> dict[str, float]:
-        """Training metrics of the cell (docs/model.md)."""
+    def summary(self, engines: int, gen_used_seconds: float) -> dict[str, float]:
+        """Training metrics of the cell (docs/model.md); ``gen_used_seconds``: the engines'
+        seconds in use (their tier's ``utilised_seconds``)."""
         tr, nan = self.tr, math.nan
         rows = self.step_table()
         done = len(rows)
@@ -447,7 +448,7 @@ class TrainingLoop:
             "step_train_seconds": float(train.mean()) if done else nan,
             "step_sync_seconds": float(sync.mean()) if done else nan,
             "trainer_idle_fraction": 1.0 - busy_train / T if done else nan,
-            "inference_idle_fraction": 1.0 - gen_busy_seconds / avail if done and avail > 0 else nan,
+            "inference_idle_fraction": 1.0 - gen_used_seconds / avail if done and avail > 0 else nan,
             "staleness_p50": float(np.percentile(stale, 50)),
             "staleness_p99": float(np.percentile(stale, 99)),
             "staleness_max": float(stale.max()),

@@ -316,3 +316,26 @@ def test_train_time_in_tokens_prices_each_trained_sequence():
     d2["cluster"] = {**d["cluster"], "inference": {"engines": 1}}
     with pytest.raises(Exception, match="per_token prices the tokens trained on"):
         scenario_from_dict(d2)
+
+
+def test_training_engine_idle_is_unused_kv_not_no_request():
+    """With serving engines, the loop's engine idle is the KV cache its running requests leave
+    unused while the engines could generate, not the time with no request at all."""
+    from simrollout.sim.model import Cell
+    from simrollout.workload import draw_work
+
+    d = scenario(2, concurrency=16)
+    d["workload"].pop("trajectories")
+    d["training"] = {"prompts_per_step": 2, "samples_per_prompt": 4, "steps": 3, "train_time": 20}
+    scn = scenario_from_dict(d)
+    cell = Cell(scn, scn.substrates[0], 16, 0, draw_work(scn, 0, detail=True), "step", keep=True)
+    cell.run()
+    tier, loop = cell.tier, cell.loop
+    out = loop.summary(len(tier.engines), tier.utilised_seconds)
+    # colocated: the engines could generate outside training and syncing
+    avail = len(tier.engines) * (loop._run_end() - loop._trainer_busy())
+    cap = scn.cluster.inference.engine.kv_capacity_tokens
+    held = sum(e.area_held for e in tier.engines)
+    assert out["inference_idle_fraction"] == pytest.approx(1 - held / cap / avail)
+    busy_idle = 1 - tier.busy_seconds / avail  # engines without a request
+    assert 0 <= busy_idle < out["inference_idle_fraction"] < 1
