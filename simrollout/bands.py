@@ -29,9 +29,9 @@ def bounds(df: pd.DataFrame, metric: str, scale=1.0) -> tuple[np.ndarray, np.nda
     return ends[0] * k, ends[1] * k
 
 
-def draw(ax, x, ends: tuple[np.ndarray, np.ndarray] | None, metric: str, horizontal: bool = False,
-         y=None, color: str = "black") -> None:  # fmt: skip
-    """Error bars from ``lo`` to ``hi`` at positions ``x`` (at heights ``y`` when ``horizontal``),
+def draw(ax, at, ends: tuple[np.ndarray, np.ndarray] | None, metric: str, horizontal: bool = False,
+         color: str = "black") -> None:  # fmt: skip
+    """Error bars from ``lo`` to ``hi`` at x positions ``at`` (y positions when ``horizontal``),
     for the rows whose band is finite; labelled ``_band <metric>`` (kept out of legends)."""
     if ends is None:
         return
@@ -39,35 +39,41 @@ def draw(ax, x, ends: tuple[np.ndarray, np.ndarray] | None, metric: str, horizon
     ok = np.isfinite(lo) & np.isfinite(hi)
     if not ok.any():
         return
-    x = np.asarray(x, dtype=float)[ok]
+    at = np.asarray(at, dtype=float)[ok]
     mid, half = (lo[ok] + hi[ok]) / 2, np.abs(hi[ok] - lo[ok]) / 2
     kw = dict(fmt="none", ecolor=color, elinewidth=1.2, capsize=4, label=f"_band {metric}", zorder=5)
     if horizontal:
-        ax.errorbar(mid, np.asarray(y, dtype=float)[ok], xerr=half, **kw)
+        ax.errorbar(mid, at, xerr=half, **kw)
     else:
-        ax.errorbar(x, mid, yerr=half, **kw)
+        ax.errorbar(at, mid, yerr=half, **kw)
 
 
 def note(df: pd.DataFrame, metrics: list[str], names: list[str]) -> str:
-    """Where the plotted bands come from, and which rows (``names``) have none and why: the
-    ``band`` column's word, else that the run had no ``--uncertainty``."""
+    """Where the plotted ``metrics``' bands come from, which rows (``names``) have none and why
+    (the ``band`` column's word, else that the run had no ``--uncertainty``), and which metrics
+    have none anywhere."""
     has = np.zeros(len(df), dtype=bool)
-    kinds = set()
+    kinds, unbanded = set(), []
     for m in metrics:
         ends = bounds(df, m)
-        if ends is not None:
-            has |= np.isfinite(ends[0]) & np.isfinite(ends[1])
-            kinds.add("5th-95th percentile" if f"{m}_lo" in df else "95% CI over replications")
+        if ends is None:
+            unbanded.append(m)
+            continue
+        has |= np.isfinite(ends[0]) & np.isfinite(ends[1])
+        kinds.add("5th-95th percentile" if f"{m}_lo" in df else "95% CI over replications")
     why = df["band"].fillna("").astype(str).to_list() if "band" in df else [""] * len(df)
     parts = []
-    with_band = [f"{w}" for w, h in zip(why, has) if h and w]
     if has.any():
-        source = "; ".join(dict.fromkeys(with_band))
+        source = "; ".join(dict.fromkeys(w for w, h in zip(why, has) if h and w))
         parts.append("error bars: " + " / ".join(sorted(kinds)) + (f" ({source})" if source else ""))
     missing: dict[str, list[str]] = {}
     for name, w, h in zip(names, why, has):
         if not h:
             missing.setdefault(w or NO_UNCERTAINTY, []).append(name)
+    if list(missing) == [NO_UNCERTAINTY] and not has.any():
+        return f"no band ({NO_UNCERTAINTY})"
     for reason, who in missing.items():
         parts.append(f"no band: {', '.join(dict.fromkeys(who))} ({reason})")
+    if unbanded and has.any():
+        parts.append(f"no band for {', '.join(unbanded)}")
     return "; ".join(parts)

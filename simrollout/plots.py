@@ -83,6 +83,11 @@ def cost_bars(ax, df: pd.DataFrame, x) -> None:
     ax.set_ylabel("cost (USD)")
 
 
+def _tax_banded(df: pd.DataFrame) -> list[str]:
+    """The tax plot's banded metrics: worker-hours, and the phases that carry a band."""
+    return ["worker_hours", *(c for c in TAX if bands.bounds(df, c) is not None)]
+
+
 def _note(fig: Figure, df: pd.DataFrame, metrics: list[str], names: list[str]) -> None:
     text = bands.note(df, metrics, names)
     if text:
@@ -122,7 +127,7 @@ def tax_figure(summary: pd.DataFrame, title: str) -> Figure:
     legend = dict(zip(l0 + labels, h0 + handles))
     axes[1].legend(legend.values(), legend.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle(title, fontsize=10)
-    _note(fig, summary, ["worker_hours", *TAX], [n.replace("\n", " at ") for n in names])
+    _note(fig, summary, _tax_banded(summary), [n.replace("\n", " at ") for n in names])
     return fig
 
 
@@ -146,9 +151,10 @@ def cost_figure(summary: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
-def cdf_figure(result: RunResult, which: str) -> Figure:
+def cdf_figure(result: RunResult, which: str, summary: pd.DataFrame | None = None) -> Figure:
     """The ``duration`` or ``cold_start`` CDF per substrate at the top concurrency level
-    (replication 0, log x); the duration CDF marks the timeout; bands on p50 (and p99)."""
+    (replication 0, log x); the duration CDF marks the timeout; the bands of ``summary`` (the
+    run's by default) on p50 and p99."""
     scn = result.scenario
     level = scn.cluster.levels[-1]
     curves = result.cdf if which == "duration" else result.cold_cdf
@@ -157,11 +163,16 @@ def cdf_figure(result: RunResult, which: str) -> Figure:
         if key.replication == 0 and key.concurrency == level:
             keep = values > 0
             ax.plot(values[keep], CDF_LEVELS[keep], label=scn.substrates[key.substrate].name)
-    s = result.summary[result.summary.concurrency == level]
+    summary = result.summary if summary is None else summary
+    s = summary[summary.concurrency == level]
     quantiles = {"duration": (("duration_p50", 0.5), ("duration_p99", 0.99)),
                  "cold_start": (("cold_start_p50", 0.5), ("cold_start_p99", 0.99))}[which]  # fmt: skip
+    colors = {ln.get_label(): ln.get_color() for ln in ax.get_lines()}
     for metric, q in quantiles:
-        bands.draw(ax, None, bands.bounds(s, metric), metric, horizontal=True, y=np.full(len(s), q))
+        ends = bands.bounds(s, metric)
+        for k, name in enumerate(s.substrate) if ends is not None else ():
+            one = (ends[0][k : k + 1], ends[1][k : k + 1])
+            bands.draw(ax, [q], one, metric, horizontal=True, color=colors.get(name, "black"))
     what = "trajectory duration" if which == "duration" else "sandbox acquisition (cold or warm start)"
     if which == "duration" and scn.policy.timeout:
         t = scn.policy.timeout
@@ -287,8 +298,8 @@ def sweep_panels_figure(df: pd.DataFrame, what: str) -> Figure:
     for ax in axes.flat[len(groups) :]:
         ax.set_visible(False)
     axes[0, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    metrics = ["worker_hours", *TAX] if what == "tax" else ["cost_usd"]
-    _note(fig, pd.concat([g for _, g in groups]), metrics, _row_names(pd.concat([g for _, g in groups])))
+    rows = pd.concat([g for _, g in groups])
+    _note(fig, rows, _tax_banded(rows) if what == "tax" else ["cost_usd"], _row_names(rows))
     return fig
 
 
