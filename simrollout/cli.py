@@ -115,7 +115,7 @@ def sweep(
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
 ) -> None:
     """Run a grid over any scenario fields; one row per cell, plots against concurrency."""
-    from .report import plot_sweep
+    from .plots import plot_sweep
     from .scenario import load_scenario
     from .sweeps import parse_set
     from .sweeps import sweep as run_sweep

@@ -27,6 +27,9 @@ class Accumulator:
         self.cancelled = 0
         self.worker = self.sandbox = self.duration_sum = self.end = 0.0
         self.queue_wait_sum = self.acquire_wait_sum = 0.0
+        # the phases of worker time (TAX), and retry backoffs in units of policy.retry_backoff
+        self.phase = dict.fromkeys(("cold_start", "exec_overhead", "teardown", "retry"), 0.0)
+        self.backoffs = 0
         self.steps_completed = self.turns = 0  # steps of completed trajectories; turns begun by all
         kinds = ("duration", "completed_duration", "cold_start", "queue_wait", "acquire_wait")
         self.sketch = {k: QuantileSketch() for k in kinds}
@@ -46,6 +49,13 @@ class Accumulator:
         self.duration_sum += float(rec.duration.sum())
         self.queue_wait_sum += float(rec.queue_wait.sum())
         self.acquire_wait_sum += float(rec.acquire_wait.sum())
+        ph = self.phase
+        ph["cold_start"] += float(rec.cold[rec.status != FAILED].sum())  # a failed one's is lost
+        ph["exec_overhead"] += float(rec.overhead.sum())
+        ph["teardown"] += float(rec.teardown.sum())
+        ph["retry"] += float(rec.lost.sum())
+        # retry k waited retry_backoff * 2 ** (k - 1) before it (Cell._again)
+        self.backoffs += int((2 ** (rec.attempts.astype(np.int64) - 1) - 1).sum())
         self.sketch["completed_duration"].add(rec.duration[ok])
         self.steps_completed += int(rec.steps_done[ok].sum())
         self.turns += int(rec.steps_done.sum()) + int((rec.status != OK).sum())  # + a cut last turn
@@ -100,12 +110,43 @@ def summarize(
         "gpu_cost_usd": gpu_cost,
         "cost_usd": sandbox_cost + gpu_cost,
     }
+    out.update(tax(acc, scn.policy.retry_backoff))
     sketched = {"duration": PERCENTILES, "completed_duration": PERCENTILES, "cold_start": PERCENTILES,
                 "queue_wait": PERCENTILES, "acquire_wait": {"p50": 50, "p99": 99}}  # fmt: skip
     for key, levels in sketched.items():
         values = acc.sketch[key].quantile(np.array(list(levels.values())) / 100)
         out.update({f"{key}_{k}": float(v) for k, v in zip(levels, values)})
     return out
+
+
+# the phases of a trajectory's time outside model inference, in seconds per trajectory
+# (docs/model.md, "Where the infrastructure time goes"): all but ``wait`` sum to
+# worker_seconds_per_trajectory; all of them to the mean of duration less generation time
+TAX = {
+    "tax_wait_s": "wait for a sandbox",
+    "tax_cold_start_s": "cold start",
+    "tax_exec_overhead_s": "exec overhead",
+    "tax_teardown_s": "teardown",
+    "tax_retry_s": "retries / lost work",
+    "tax_tool_s": "tools, setup, reward",
+}
+
+
+def tax(acc: Accumulator, retry_backoff: float) -> dict[str, float]:
+    """Per-trajectory means of the phases in :data:`TAX`: waits for quota and create-rate tokens
+    and retry backoffs; the cold (or warm) start, exec overhead and teardown of the attempt that
+    counts; every failed attempt's worker time; and the rest of worker time (the task's setup,
+    tool calls and reward)."""
+    n = acc.n
+    if not n:
+        return dict.fromkeys(TAX, float("nan"))
+    ph = acc.phase
+    wait = acc.acquire_wait_sum + acc.backoffs * retry_backoff
+    return {
+        "tax_wait_s": wait / n,
+        **{f"tax_{k}_s": v / n for k, v in ph.items()},
+        "tax_tool_s": (acc.worker - sum(ph.values())) / n,
+    }
 
 
 KEYS = ["substrate", "concurrency"]

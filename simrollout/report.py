@@ -1,4 +1,5 @@
-"""Results of a run: the terminal table, and the results folder (CSV, JSON, Parquet, PNG)."""
+"""Results of a run: the terminal table, and the results folder (CSV, JSON, Parquet; the plots
+come from ``simrollout.plots``)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,14 @@ import json
 import platform
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from . import __version__  # noqa: E402
-from .runner import CDF_LEVELS, RunResult  # noqa: E402
+from . import __version__
+from .plots import plot_run
+from .runner import RunResult
 
 TABLE = [
     ("substrate", "substrate", "{}"),
@@ -229,129 +227,4 @@ def write_results(result: RunResult, out: Path) -> list[Path]:
     if not result.steps.empty:
         written.append(out / "training_steps.csv")
         result.steps.to_csv(written[-1], index=False)
-        written.append(plot_steps(result, out / "training_steps.png"))
     return written + plot_run(result, out)
-
-
-def plot_steps(result: RunResult, path: Path) -> Path:
-    """Per-step time as stacked bars (generation, last group, train, sync), one panel per
-    substrate at the first concurrency level, replication 0."""
-    s = result.steps
-    df = s[(s.replication == 0) & (s.concurrency == s.concurrency.iloc[0])]
-    subs = list(dict.fromkeys(df.substrate))
-    fig, axes = plt.subplots(len(subs), 1, figsize=(10, 2.6 * len(subs)), sharex=True, squeeze=False)
-    parts = (("generation_s", "generation", "tab:blue"), ("last_group_s", "last group", "tab:orange"),
-             ("train_s", "train", "tab:green"), ("sync_s", "weight sync", "tab:red"))  # fmt: skip
-    for ax, sub in zip(axes[:, 0], subs):
-        g = df[df.substrate == sub]
-        bottom = np.zeros(len(g))
-        for col, label, color in parts:
-            ax.bar(g.step, g[col], bottom=bottom, width=0.9, label=label, color=color)
-            bottom += g[col].to_numpy()
-        ax.set_ylabel("step time (s)")
-        ax.set_title(sub, fontsize=9)
-    axes[-1, 0].set_xlabel("training step")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
-    fig.legend(handles, labels, loc="upper center", ncol=4, fontsize=8)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def plot_run(result: RunResult, out: Path) -> list[Path]:
-    """Duration CDF per substrate (log x), worker-hours and cost bars, and, when concurrency is
-    swept, throughput and p99 duration against concurrency."""
-    paths = []
-    levels = result.scenario.cluster.levels
-    level = levels[-1]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for key, durations in result.cdf.items():
-        if key.replication == 0 and key.concurrency == level:
-            keep = durations > 0
-            ax.plot(durations[keep], CDF_LEVELS[keep], label=result.scenario.substrates[key.substrate].name)
-    ax.set_xscale("log")
-    ax.set_xlabel("trajectory duration (s, log scale)")
-    ax.set_ylabel("fraction of trajectories")
-    ax.set_title(f"Trajectory duration CDF at concurrency {level}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    paths.append(_save(fig, out / "duration_cdf.png"))
-
-    s = result.summary[result.summary.concurrency == level]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, col, label in (
-        (axes[0], "worker_hours", "worker-hours"),
-        (axes[1], "cost_usd", "cost (USD)"),
-    ):
-        ax.bar(s.substrate, s[col], yerr=s.get(f"{col}_ci95"), color="tab:blue", capsize=4)
-        ax.set_ylabel(label)
-        ax.set_title(f"{label} per substrate (concurrency {level})")
-        ax.tick_params(axis="x", rotation=20)
-    paths.append(_save(fig, out / "worker_hours_cost.png"))
-
-    if len(levels) > 1:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for name, g in result.summary.groupby("substrate", sort=False):
-            axes[0].plot(g.concurrency, g.trajectories_per_hour, marker="o", label=name)
-            axes[1].plot(g.concurrency, g.duration_p99, marker="o", label=name)
-        for ax, label in ((axes[0], "throughput (trajectories/h)"), (axes[1], "p99 duration (s)")):
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("concurrency")
-            ax.set_ylabel(label)
-            ax.grid(True, alpha=0.3)
-            ax.legend()
-        paths.append(_save(fig, out / "concurrency.png"))
-    return paths
-
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def plot_sweep(df: pd.DataFrame, out: Path) -> list[Path]:
-    """Throughput (knee marked), p99 duration and makespan against concurrency per substrate;
-    worker-hours and cost per substrate."""
-    from .sweeps import knee
-
-    groups = list(df.groupby(["substrate", *grid_columns(df)], sort=False))
-    paths = []
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for key, g in groups:
-        g = g.sort_values("concurrency")
-        line = axes[0].plot(g.concurrency, g.trajectories_per_hour, marker="o", label=_label(key))[0]
-        if len(g) > 1:
-            k = knee(g.concurrency, g.trajectories_per_hour)
-            y = float(g[g.concurrency == k].trajectories_per_hour.iloc[0])
-            axes[0].plot([k], [y], marker="*", ms=16, color=line.get_color())
-        axes[1].plot(g.concurrency, g.duration_p99, marker="o", label=_label(key))
-        axes[2].plot(g.concurrency, g.makespan_hours, marker="o", label=_label(key))
-    for ax, yl in zip(axes, ("throughput (trajectories/h); * = knee", "p99 duration (s)", "makespan (h)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel(yl)
-        ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=8)
-    paths.append(_save(fig, out / "sweep_concurrency.png"))
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    best = df.loc[df.groupby("substrate", sort=False).cost_usd.idxmin()]
-    for ax, col, yl in ((axes[0], "worker_hours", "worker-hours"), (axes[1], "cost_usd", "cost (USD)")):
-        ax.bar(best.substrate, best[col], color="tab:blue")
-        ax.set_ylabel(yl)
-        ax.set_title(f"{yl} per substrate (cheapest cell of each)")
-        ax.tick_params(axis="x", rotation=20)
-    paths.append(_save(fig, out / "sweep_substrates.png"))
-    return paths
-
-
-def _label(key) -> str:
-    return " ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
-
-
-def grid_columns(df: pd.DataFrame) -> list[str]:
-    """Columns a sweep added (dotted paths other than the concurrency level)."""
-    return [c for c in df.columns if "." in c and c != "cluster.concurrency"]

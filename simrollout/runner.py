@@ -42,6 +42,7 @@ class RunResult:
     records: dict[CellKey, Records] = field(default_factory=dict)
     cdf: dict[CellKey, np.ndarray] = field(default_factory=dict)  # duration at CDF_LEVELS
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # training loop: one row per step
+    cold_cdf: dict[CellKey, np.ndarray] = field(default_factory=dict)  # cold start at CDF_LEVELS
 
     @property
     def fidelity_reason(self) -> str:
@@ -81,7 +82,8 @@ def run_cell(
     progress: Callable[[int], None] | None = None,
     sink: Callable[[Records, int], None] | None = None,
 ) -> tuple[dict, Records | None]:
-    """Simulate one cell; returns its summary (with the duration CDF under ``"_cdf"``) and, if
+    """Simulate one cell; returns its summary (with the duration and cold-start CDFs under
+    ``"_cdf"`` and ``"_cold_cdf"``) and, if
     ``keep``, its per-trajectory records. ``sink(records, first_index)`` sees every chunk."""
     fid = scn.resolved_fidelity()
     sub = scn.substrates[key.substrate]
@@ -119,6 +121,7 @@ def run_cell(
     # trajectories waited at once at multipliers drawn from a window of the steady state
     summary["one_wait_fraction"] = cell.steady.ran / cell.acc.n if cell.steady and cell.acc.n else 0.0
     summary["_cdf"] = cell.acc.sketch["duration"].quantile(CDF_LEVELS)
+    summary["_cold_cdf"] = cell.acc.sketch["cold_start"].quantile(CDF_LEVELS)
     return summary, rec
 
 
@@ -132,9 +135,10 @@ def cell_keys(scn: Scenario) -> list[CellKey]:
 
 
 def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]]) -> RunResult:
-    rows, cdf, steps = [], {}, []
+    rows, cdf, cold, steps = [], {}, {}, []
     for k, summary, _ in results:
         cdf[k] = summary.pop("_cdf")
+        cold[k] = summary.pop("_cold_cdf")
         for row in summary.pop("_steps", ()):
             steps.append({"substrate": scn.substrates[k.substrate].name, "concurrency": k.concurrency,
                           "replication": k.replication, **row})  # fmt: skip
@@ -148,4 +152,6 @@ def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]])
         )
     cells = pd.DataFrame(rows)
     records = {k: rec for k, _, rec in results if rec is not None}
-    return RunResult(scn, scn.resolved_fidelity(), cells, aggregate(cells), records, cdf, pd.DataFrame(steps))
+    return RunResult(
+        scn, scn.resolved_fidelity(), cells, aggregate(cells), records, cdf, pd.DataFrame(steps), cold
+    )

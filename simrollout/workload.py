@@ -304,25 +304,28 @@ class ChunkDetail:
         return s, (float(self.step_llm[a + s]), float(self.call_overhead[c0:c1].sum()),
                    float(self.call_tool[c0:c1].sum()))  # fmt: skip
 
-    def cut(self, j, s0, s1, x_l, x_e, left, skip=False) -> tuple[int, float]:
+    def cut(self, j, s0, s1, x_l, x_e, left, skip=False) -> tuple[int, float, float]:
         """Steps ``s0 <= s < s1`` of trajectory ``j`` at multipliers ``x_l`` (generation) and
         ``x_e`` (exec overhead), stopped after ``left`` seconds: the steps they complete and the
-        generation time they spend. ``skip``: step ``s0``'s generation is already done."""
+        generation and exec-overhead time they spend (a call's overhead runs before its tool).
+        ``skip``: step ``s0``'s generation is already done."""
         step, call = self._at(j, s0)
-        llm = 0.0
+        llm = over = 0.0
         for s in range(s0, s1):
             g = 0.0 if skip and s == s0 else float(self.step_llm[step]) * x_l
             if g >= left:
-                return s - s0, llm + left
+                return s - s0, llm + left, over
             llm, left = llm + g, left - g
             for _ in range(int(self.step_calls[step])):
-                t = float(self.call_overhead[call]) * x_e + float(self.call_tool[call])
+                o = float(self.call_overhead[call]) * x_e
+                t = o + float(self.call_tool[call])
                 if t >= left:
-                    return s - s0, llm
+                    return s - s0, llm, over + min(o, left)
                 left -= t
+                over += o
                 call += 1
             step += 1
-        return s1 - s0, llm
+        return s1 - s0, llm, over
 
 
 def chunk_detail(scn: Scenario, sub: Substrate, rep: int, work: Work, chunk: int) -> ChunkDetail:

@@ -55,6 +55,9 @@ _OUT = (
     "status",
     "warm",
     "steps_done",
+    "overhead",
+    "teardown",
+    "lost",
 )
 
 
@@ -305,6 +308,7 @@ class Cell:
         start = env.now
         deadline = start + (self.scn.policy.timeout or math.inf)
         attempt, waited_all, worker, sandbox, llm_all, steps, warm_hit = 0, 0.0, 0.0, 0.0, 0.0, 0, False
+        over = td = lost = 0.0  # the phases of ``worker`` (Records)
         task, image = i // self._G, self._image(i)
         self._started = max(self._started, i + 1)
         if self._ahead and i + self._ahead < self.work.n and i + self._ahead not in self._prefetched:
@@ -323,6 +327,8 @@ class Cell:
                     host, created, ready = got
                     fleet.pool_idle_seconds += env.now - ready
                     warm, ahead = (host, env.now - created), env.now - t_ask
+                else:  # the prefetch failed: it waited for a sandbox it did not get
+                    waited_all += env.now - t_ask
             reused = fleet.claim_parked(task) if self._reuse else None
             if reused is not None:  # the sandbox of an earlier sample of this task, reset
                 host, billed = reused, 0.0
@@ -350,6 +356,7 @@ class Cell:
                 billed = latency
                 if fails:
                     worker += latency
+                    lost += latency
                     sandbox += max(latency, min_bill)
                     if (yield from self._again(attempt)):
                         continue
@@ -358,7 +365,7 @@ class Cell:
             worker += latency
             lag = latency - ahead if fleet.defer else 0.0  # a deferred create is waited with the body
             if i in self.cancelled:  # cancelled by the training loop while it waited for a sandbox
-                status, llm, busy = CANCELLED, 0.0, 0.0
+                status, llm, busy, over = CANCELLED, 0.0, 0.0, 0.0
             else:
                 dom = fleet.dom(host, i)  # where its operations contend (contention.scope)
                 p_exec = fleet.fail["exec"](fleet.load(dom) + 1.0)
@@ -367,7 +374,7 @@ class Cell:
                 self._count_bodies(+1)
                 if self.pilot is not None:
                     self._x[i] = float(st.scale[i - st.lo])
-                status, llm, steps, busy = yield from body(i, dom, deadline, fail_call, env.now + lag)
+                status, llm, steps, busy, over = yield from body(i, dom, deadline, fail_call, env.now + lag)
                 self._x.pop(i, None)
                 self._count_bodies(-1)
             if fleet.defer:
@@ -382,6 +389,7 @@ class Cell:
                     llm_all += llm
                     worker += busy - llm
                     sandbox += billed + busy
+                    td = 0.0
                     break
             td_base = td0 if first else float(sub.teardown.sample(rng, 1)[0])
             td = yield from fleet.teardown(host, td_base, lag, u_td0 if first else rng.random(), i)
@@ -389,6 +397,7 @@ class Cell:
             worker += busy - llm + td
             sandbox += max(billed + busy + td, min_bill)
             if status == LOST:
+                lost += latency + busy - llm + td
                 if (yield from self._again(attempt)):
                     continue
                 status = FAILED
@@ -405,6 +414,9 @@ class Cell:
             status,
             warm_hit,
             steps,
+            0.0 if status == FAILED else over,
+            0.0 if status == FAILED else td,
+            lost,
         )  # noqa: E501
         if self.steady is not None:
             if status == OK and attempt == 1 and not warm_hit:
@@ -520,7 +532,7 @@ class Cell:
         return st.detail
 
     # per-step detail of a body, its generation scaled by the body's own multiplier (serving pilot)
-    def _cut(self, i, s0, s1, x_l, x_e, left, skip=False) -> tuple[int, float]:
+    def _cut(self, i, s0, s1, x_l, x_e, left, skip=False) -> tuple[int, float, float]:
         d, j = self._span(i)
         return d.cut(j, s0, s1, x_l * self._x.get(i, 1.0), x_e, left, skip)
 
@@ -558,22 +570,23 @@ class Cell:
         per = (llm / steps, over / steps, tool / steps) if steps else (0.0, 0.0, 0.0)
         if not self._loaded:
             if tail is None:
-                g, part, done = llm, llm + over + tool, int(steps)
+                g, o, part, done = llm, over, llm + over + tool, int(steps)
             else:
                 g, o, t = (a + b for a, b in zip(self._sums(i, 0, units), tail))
                 part, done = g + o + t, units
             dur = setup + part + (reward if status == OK else 0.0)
             if t0 + dur > deadline:
                 dur, status = max(deadline - t0, 0.0), TIMEOUT
-                done, g = self._cut(i, 0, int(steps), 1.0, 1.0, dur - setup) if dur > setup else (0, 0.0)
+                cut = self._cut(i, 0, int(steps), 1.0, 1.0, dur - setup) if dur > setup else (0, 0.0, 0.0)
+                done, g, o = cut
                 part = dur - setup
             st.gen[j] = (t0, t0 + dur, g / part if part > 0 else 0.0)
             if not self.fleet.defer:
                 yield env.timeout(dur)
-            return status, g, done, dur
+            return status, g, done, dur, o
 
         fleet = self.fleet
-        start = (0.0, 0.0, 0.0)
+        start = (0.0, 0.0, 0.0, 0.0)  # steps done, generation, body time, exec overhead
         steady = (
             self._steady(host, deadline, units, per, setup, reward)
             if tail is None and self._settled()
@@ -589,7 +602,7 @@ class Cell:
             try:
                 yield env.timeout(d)
                 st.gen[j] = (t0, env.now, per[0] * x_l / rate if rate > 0 else 0.0)
-                return OK, per[0] * x_l * units, int(units), d
+                return OK, per[0] * x_l * units, int(units), d, per[1] * x_e * units
             except simpy.Interrupt:
                 spent = env.now - t0
             finally:
@@ -597,12 +610,12 @@ class Cell:
                 self._gen_load -= c_g
                 fleet.add_exec_load(host, -c_e)
             done = min(max(spent - setup, 0.0) / rate, units) if rate > 0 else units
-            start = (done, per[0] * x_l * done, spent)
+            start = (done, per[0] * x_l * done, spent, per[1] * x_e * done)
             setup, reward = max(setup - spent, 0.0), min(reward, d - spent)
         out = yield from self._segments(i, host, deadline, status, units, per, setup, reward, tail, start)
-        status, g, done, work_time = out
+        status, g, done, work_time, o = out
         st.gen[j] = (t0, env.now, g / work_time if work_time > 0 else 0.0)
-        return status, g, done, env.now - t0
+        return status, g, done, env.now - t0, o
 
     def _steady(self, host, deadline, units, per, setup, reward):
         """The whole body as one wait at the steady load: ``(duration, x_l, x_e, seconds per step,
@@ -616,12 +629,14 @@ class Cell:
         return d, x_l, x_e, rate, per[0] * x_l * units / d, per[1] * x_e * units / d
 
     def _segments(
-        self, i, host, deadline, status, units, per, setup, reward, tail=None, start=(0.0, 0.0, 0.0)
+        self, i, host, deadline, status, units, per, setup, reward, tail=None, start=(0.0, 0.0, 0.0, 0.0)
     ):
+        """The body's steps in segments: ``(status, generation, steps done, time in steps, exec
+        overhead)``."""
         env, fleet = self.env, self.fleet
-        done, g_all, work_time = start
+        done, g_all, work_time, o_all = start
         if setup and not (yield from self._until(setup, deadline)):
-            return TIMEOUT, 0.0, 0, 0.0
+            return TIMEOUT, 0.0, 0, 0.0, o_all
         if not self._ramped:
             self._ramp -= 1
             self._ramped = self._ramp <= 0
@@ -661,7 +676,7 @@ class Cell:
                 g_all += env.now - t_gen
                 work_time += env.now - t_gen
                 if not ok:
-                    return TIMEOUT, g_all, int(done), work_time
+                    return TIMEOUT, g_all, int(done), work_time, o_all
                 g0 = max(g0 - head, 0.0)
                 x_l, x_e = self._multipliers(host)
             d = g0 * x_l + o0 * x_e + t0
@@ -669,12 +684,12 @@ class Cell:
             if d > left:  # the deadline falls in this segment
                 left = max(left, 0.0)
                 if exact and done == int(done):
-                    k, g = self._cut(i, int(done), min(int(done + du) + 1, int(units)), x_l, x_e, left,
-                                      skip=headed)  # fmt: skip
+                    k, g, o = self._cut(i, int(done), min(int(done + du) + 1, int(units)), x_l, x_e, left,
+                                         skip=headed)  # fmt: skip
                 else:
-                    k, g = int(du * left / d), g0 * x_l * left / d
+                    k, g, o = int(du * left / d), g0 * x_l * left / d, o0 * x_e * left / d
                 yield env.timeout(left)
-                return TIMEOUT, g_all + g, int(done) + k, work_time + left
+                return TIMEOUT, g_all + g, int(done) + k, work_time + left, o_all + o
             t_seg = env.now
             c_g, c_e = (g0 * x_l / d, o0 * x_e / d) if d > 0 else (0.0, 0.0)
             self._gen_load += c_g
@@ -686,7 +701,7 @@ class Cell:
                         yield env.timeout(d)
                     except simpy.Interrupt:
                         part = (env.now - t_seg) / d if d > 0 else 1.0
-                        d, du, g0 = env.now - t_seg, du * part, g0 * part
+                        d, du, g0, o0 = env.now - t_seg, du * part, g0 * part, o0 * part
                         seg = 1.0
                     finally:
                         self._long.pop(i, None)
@@ -696,19 +711,22 @@ class Cell:
                 self._gen_load -= c_g
                 fleet.add_exec_load(host, -c_e)
             g_all += g0 * x_l
+            o_all += o0 * x_e
             work_time += d
             done += du
         if tail is not None:  # the lost sandbox's last step, up to the failing call
             x_l, x_e = self._multipliers(host)
             t_tail = env.now
             ok = yield from self._until(tail[0] * x_l + tail[1] * x_e + tail[2], deadline)
-            g_all += min(tail[0] * x_l, env.now - t_tail)
-            work_time += env.now - t_tail
+            spent = env.now - t_tail
+            g_all += min(tail[0] * x_l, spent)
+            o_all += min(tail[1] * x_e, max(spent - tail[0] * x_l, 0.0))
+            work_time += spent
             if not ok:
-                return TIMEOUT, g_all, int(units), work_time
+                return TIMEOUT, g_all, int(units), work_time, o_all
         if status == OK and reward and not (yield from self._until(reward, deadline)):
-            return TIMEOUT, g_all, int(units), work_time
-        return status, g_all, int(done + 1e-9), work_time
+            return TIMEOUT, g_all, int(units), work_time, o_all
+        return status, g_all, int(done + 1e-9), work_time, o_all
 
     def _until(self, dur: float, deadline: float):
         """Wait ``dur`` or until the deadline; True when the wait completed."""
@@ -746,7 +764,8 @@ class Cell:
         out = yield from self._steps(i, host, deadline, fail_call)
         if isinstance(self.tier, ServingTier):
             self.tier.close(i)
-        return (*out, self.env.now - t_begin)
+        status, llm, steps, over = out
+        return status, llm, steps, self.env.now - t_begin, over
 
     def _steps(self, i: int, host: int, deadline: float, fail_call: int):
         w, env, fleet, tier = self.work, self.env, self.fleet, self.tier
@@ -754,11 +773,11 @@ class Cell:
         overhead = st.draws.call_overhead
         first_call = int(w.call_off[st.lo])  # calls are numbered from the chunk's first
         f_e = fleet.factor["exec"]
-        llm, steps = 0.0, 0
+        llm, steps, over_all = 0.0, 0, 0.0  # over_all: exec overhead spent
         x = 1.0 if self.task_scale is None else float(self.task_scale[i])
         gate, cancelled, on_gen = self.llm_gate, self.cancelled, self.on_generate
         if w.setup[i] and not (yield from self._until(w.setup[i], deadline)):
-            return TIMEOUT, llm, steps
+            return TIMEOUT, llm, steps, over_all
         call = int(w.call_off[i])
         k = 0  # calls made so far
         tokens = w.step_output is not None
@@ -769,7 +788,7 @@ class Cell:
                 if closed is not None:  # the engines train: generation waits for the new weights
                     yield closed
             if i in cancelled:
-                return CANCELLED, llm, steps
+                return CANCELLED, llm, steps, over_all
             if on_gen is not None:
                 on_gen(i)
             t0 = env.now
@@ -790,24 +809,26 @@ class Cell:
                 tier.done(engine)
             llm += env.now - t0
             if not ok:
-                return TIMEOUT, llm, steps
+                return TIMEOUT, llm, steps, over_all
             for _ in range(int(w.step_calls[s])):
                 k += 1
                 if k == fail_call:
-                    return LOST, llm, steps
+                    return LOST, llm, steps, over_all
                 if i in cancelled:
-                    return CANCELLED, llm, steps
+                    return CANCELLED, llm, steps, over_all
                 fleet.begin(host, "exec")
                 over = overhead[call - first_call] * f_e(fleet.load(host, "exec"))
+                t_over = env.now
                 ok = yield from self._until(over, deadline)
+                over_all += env.now - t_over
                 fleet.end(host, "exec")
                 if not ok or not (yield from self._until(w.call_tool[call] * x, deadline)):
-                    return TIMEOUT, llm, steps
+                    return TIMEOUT, llm, steps, over_all
                 call += 1
             steps += 1
         if w.reward[i] and not (yield from self._until(w.reward[i], deadline)):
-            return TIMEOUT, llm, steps
-        return OK, llm, steps
+            return TIMEOUT, llm, steps, over_all
+        return OK, llm, steps, over_all
 
     # ------------------------------------------------------------ GPU
     def gpu_busy_seconds(self) -> float:

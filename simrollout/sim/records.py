@@ -27,6 +27,13 @@ class Records:
     status: np.ndarray  # int8: 0 ok, 1 failed, 2 timeout, 4 cancelled (the training loop)
     warm: np.ndarray  # bool: last attempt was a warm-pool hit
     steps_done: np.ndarray  # int32: steps completed in the last attempt
+    # the phases of ``worker`` (docs/model.md, "Where the infrastructure time goes"): exec overhead
+    # and teardown of the last attempt, and every failed attempt's worker time (a failed
+    # trajectory's every attempt); the rest of ``worker`` is the cold start (``cold``, unless
+    # failed) and the task's setup, tool time and reward
+    overhead: np.ndarray  # exec overhead, s
+    teardown: np.ndarray  # teardown, s
+    lost: np.ndarray  # failed attempts, s
 
     @property
     def duration(self) -> np.ndarray:

@@ -105,7 +105,7 @@ class Steady:
             n = len(st.inputs)
             st.plan = {}
             st.one_wait, st.t0 = np.zeros(n, dtype=bool), np.zeros(n)
-            st.times = np.zeros((n, 5))  # create, body, teardown, generation, generating share
+            st.times = np.zeros((n, 6))  # create, body, teardown, generation, generating share, overhead
             st.fill = lambda: _fill(st, cell.sub.billing.minimum_seconds)
         lo, hi = k * b, min((k + 1) * b, len(st.inputs))
         inp = st.inputs[lo:hi]
@@ -115,10 +115,11 @@ class Steady:
         lat = col["cold"] * create
         luck = st.scale[lo:hi] if st.scale is not None else 1.0
         g = col["llm"] * luck * x_l
-        busy = col["setup"] + g + col["overhead"] * x_e + col["tool"] + col["reward"]
+        over = col["overhead"] * x_e
+        busy = col["setup"] + g + over + col["tool"] + col["reward"]
         td = col["teardown"] * tear
         share = np.divide(g, busy, out=np.zeros_like(g), where=busy > 0)
-        st.times[lo:hi] = np.column_stack([lat, busy, td, g, share])
+        st.times[lo:hi] = np.column_stack([lat, busy, td, g, share, over])
         risky = (col["u_create"] < self.p_create) | fails_within(col["u_exec"], self.p_exec, col["calls"])
         risky |= lat + busy * _RISK + td > (cell.scn.policy.timeout or math.inf)
         st.plan[k] = (risky.tolist(), (lat + busy + td).tolist(), lat.tolist(), busy.tolist(), share.tolist())
@@ -167,7 +168,7 @@ def _fill(st, min_bill: float) -> None:
     m = st.one_wait
     if not m.any():
         return
-    lat, busy, td, g, share = st.times[m].T
+    lat, busy, td, g, share, over = st.times[m].T
     t0, out = st.t0[m], st.out
     out[m, 1] = t0 + lat + busy + td
     out[m, 2] = lat
@@ -179,4 +180,7 @@ def _fill(st, min_bill: float) -> None:
     out[m, 8] = OK
     out[m, 9] = 0
     out[m, 10] = st.inputs[m, _COL["steps"]]
+    out[m, 11] = over
+    out[m, 12] = td
+    out[m, 13] = 0.0
     st.gen[m] = np.column_stack([t0 + lat, t0 + lat + busy, share])

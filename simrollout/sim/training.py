@@ -506,13 +506,14 @@ class TrainingLoop:
         gpu_s = (engines + trainer) * end
         busy = self.cell.tier.busy_seconds + self._trainer_busy() * (trainer or engines)
         gpu_cost = engines * end / 3600 * price
-        if trainer:
-            gpu_cost += trainer * end / 3600 * tr.trainer.price_per_hour
+        trainer_cost = trainer * end / 3600 * tr.trainer.price_per_hour if trainer else 0.0
+        gpu_cost += trainer_cost
         out.update(
             makespan_hours=end / 3600,
             gpu_hours=gpu_s / 3600,
             gpu_idle_fraction=1.0 - min(busy / gpu_s, 1.0) if gpu_s else math.nan,
-            gpu_cost_usd=gpu_cost,
+            gpu_cost_usd=gpu_cost,  # the trainer's GPUs included
+            trainer_cost_usd=trainer_cost,
             cost_usd=out["sandbox_cost_usd"] + gpu_cost,
             trajectories_per_hour=out["completed"] / end * 3600 if end else math.nan,
         )

@@ -1,0 +1,98 @@
+"""Where the infrastructure time goes: the records' phases in both fidelities, and the summary's
+tax_* means, held to worker-hours, to each trajectory's own time and to its pre-drawn work."""
+
+import numpy as np
+import pytest
+
+from simrollout.executors import run_scenario
+from simrollout.fidelity import Row, build
+from simrollout.metrics import TAX
+from simrollout.scenario import scenario_from_dict
+from simrollout.sim.records import FAILED, OK
+from simrollout.workload import CHUNK, draw_substrate, draw_work
+
+WORKER_PHASES = ["tax_cold_start_s", "tax_exec_overhead_s", "tax_teardown_s", "tax_retry_s", "tax_tool_s"]
+ROWS = [
+    Row("async", "none"),  # nothing contends: one timeout per trajectory
+    Row("async", "both", "failures"),  # lost sandboxes, failed creates, retries with backoff
+    Row("sync", "both", "timeouts"),  # bodies cut at their deadline
+    Row("poisson", "host", "warm_pool"),  # warm starts and a create-rate limit
+    Row("async", "both", trajectories=6000),  # the steady state's one-wait trajectories
+]
+
+
+def _run(row: Row, fidelity: str):
+    d = build(row, row.trajectories or 1000, 20, 256)
+    scn = scenario_from_dict({**d, "fidelity": fidelity})
+    return scn, run_scenario(scn, jobs=1)
+
+
+@pytest.fixture(scope="module", params=[(r, f) for r in ROWS for f in ("step", "trajectory")],
+                ids=lambda p: f"{p[0].name}-{p[1]}")  # fmt: skip
+def ran(request):
+    row, fidelity = request.param
+    return (row, fidelity, *_run(row, fidelity))
+
+
+def test_worker_phases_sum_to_worker_hours_and_all_phases_to_time_outside_generation(ran):
+    row, fidelity, scn, res = ran
+    s = res.summary.iloc[0]
+    (rec,) = res.records.values()
+    per = s.worker_hours * 3600 / s.trajectories
+    assert sum(s[c] for c in WORKER_PHASES) == pytest.approx(per, rel=1e-9)
+    assert per == pytest.approx(s.worker_seconds_per_trajectory, rel=1e-12)
+    # a trajectory's time holding its worker outside generation is worker time plus its waits
+    assert sum(s[c] for c in TAX) == pytest.approx(float((rec.duration - rec.llm).mean()), rel=1e-9)
+    assert s.tax_wait_s == pytest.approx(float((rec.duration - rec.llm - rec.worker).mean()), abs=1e-9)
+    assert min(s[c] for c in TAX) >= 0 and s.tax_exec_overhead_s > 0 and s.tax_teardown_s > 0
+    if row.trajectories and fidelity == "trajectory":
+        assert s.one_wait_fraction > 0.3  # the one-wait rows are filled with their phases too
+
+
+def test_what_is_left_of_worker_time_is_the_tasks_own_setup_tools_and_reward(ran):
+    _, _, scn, res = ran
+    (rec,) = res.records.values()
+    work = draw_work(scn, 0)
+    once = (rec.status == OK) & (rec.attempts == 1)
+    rest = rec.worker - rec.cold - rec.overhead - rec.teardown
+    own = work.setup + work.tool + work.reward
+    assert once.mean() > 0.75
+    np.testing.assert_allclose(rest[once], own[once], rtol=1e-9, atol=1e-9)
+    assert (rec.lost[once] == 0).all()
+
+
+def test_failed_attempts_are_lost_work_and_a_failed_trajectory_is_all_lost():
+    for fidelity in ("step", "trajectory"):
+        _, res = _run(Row("async", "both", "failures"), fidelity)
+        (rec,) = res.records.values()
+        s = res.summary.iloc[0]
+        failed, retried = rec.status == FAILED, rec.attempts > 1
+        assert failed.any() and (retried & ~failed).any()
+        np.testing.assert_allclose(rec.lost[failed], rec.worker[failed], rtol=1e-12)
+        assert (rec.overhead[failed] == 0).all() and (rec.teardown[failed] == 0).all()
+        assert (rec.lost[retried & ~failed] > 0).all() and (rec.lost[~retried] == 0).all()
+        assert s.tax_retry_s == pytest.approx(float(rec.lost.mean()), rel=1e-12) and s.tax_retry_s > 1.0
+
+
+def test_uncontended_exec_overhead_is_the_drawn_overhead_and_fidelities_agree():
+    scn, step = _run(Row("async", "none"), "step")
+    _, fast = _run(Row("async", "none"), "trajectory")
+    (rec,) = step.records.values()
+    work = draw_work(scn, 0)
+    drawn = np.concatenate([draw_substrate(scn, scn.substrates[0], 0, work, c).overhead
+                            for c in range(-(-work.n // CHUNK))])  # fmt: skip
+    ok = rec.status == OK
+    np.testing.assert_allclose(rec.overhead[ok], drawn[ok], rtol=1e-9)
+    a, b = step.summary.iloc[0], fast.summary.iloc[0]
+    for c in TAX:
+        assert b[c] == pytest.approx(a[c], rel=1e-9, abs=1e-12), c
+
+
+@pytest.mark.parametrize("row", [Row("async", "both", "failures"), Row("poisson", "host", "warm_pool")],
+                         ids=lambda r: r.name)  # fmt: skip
+def test_the_fast_engine_splits_worker_time_as_the_step_engine_does(row):
+    a = _run(row, "step")[1].summary.iloc[0]
+    b = _run(row, "trajectory")[1].summary.iloc[0]
+    assert b.tax_tool_s == pytest.approx(a.tax_tool_s, rel=1e-6)  # the same tasks' own work
+    for c in ("tax_cold_start_s", "tax_exec_overhead_s", "tax_teardown_s", "tax_retry_s", "tax_wait_s"):
+        assert b[c] == pytest.approx(a[c], rel=0.03, abs=1e-3), c
