@@ -574,14 +574,15 @@ def calibrate(
     from .calibration.fit import from_quantiles as build
     from .calibration.fit import plot_fits, write_profile
     from .calibration.probe import read_records
-    from .errors import load_yaml
+    from .errors import load_yaml, naming
 
     name = name or out.stem
     if out.is_dir():
         raise InputError(f"-o {out}: is a directory; expected the profile YAML file to write.")
     if from_quantiles is not None:
         spec, _ = load_yaml(from_quantiles)
-        profile = build(spec, from_quantiles)
+        with naming([from_quantiles]):
+            profile = build(spec, from_quantiles)
         write_profile(profile, out)
         typer.echo(f"wrote {out} (from published quantiles: {profile['provenance']['source']})")
         return
@@ -592,14 +593,21 @@ def calibrate(
     if not image_cache_gb > 0:
         raise InputError(f"--image-cache-gb: expected GB > 0, got {image_cache_gb}.")
     records = read_records(probes)
-    if records and all(r["phase"] == "generate" for r in records):
-        return _calibrate_engine(records, name, out, kv_capacity, max_running)
+    files = ", ".join(map(str, probes))
+    if not records:
+        raise InputError(
+            f"{files}: no probe records (empty, or only blank lines); expected the JSONL records "
+            "'simrollout probe' appends."
+        )
+    if all(r["phase"] == "generate" for r in records):
+        with naming(probes):
+            return _calibrate_engine(records, name, out, kv_capacity, max_running)
     if any(r["phase"] == "generate" for r in records):
         raise InputError(
-            f"{', '.join(map(str, probes))}: mixes engine records (phase 'generate') with sandbox "
+            f"{files}: mixes engine records (phase 'generate') with sandbox "
             "records; calibrate each kind from its own files."
         )
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, naming(probes):
         warnings.simplefilter("always")
         profile, plots = fit(
             records, name, criterion, image_cache_gb, contention_points, contention_weights, contention_shared
