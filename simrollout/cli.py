@@ -368,6 +368,12 @@ def probe(
     pin_slots: bool = typer.Option(
         False, "--pin-slots", help="openai, llama.cpp's server: each client keeps to its own slot (id_slot)."
     ),
+    api_key_env: str | None = typer.Option(
+        None,
+        "--api-key-env",
+        help="openai: the environment variable holding the server's API key, sent as a bearer token "
+        "(default: OPENAI_API_KEY when set, else no key). Never recorded or printed.",
+    ),
 ) -> None:
     """Time create, exec, file transfer and teardown of real sandboxes (or, with ``openai``, the
     first token and the output tokens of an OpenAI-compatible server); append JSONL records."""
@@ -379,8 +385,9 @@ def probe(
         )
     if backend == "openai":
         return _probe_openai(
-            out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots
-        )
+            out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots,
+            api_key_env,
+        )  # fmt: skip
 
     from .calibration.backends import get_backend
     from .calibration.probe import MODES, THINK_DRAWS, ProbePlan
@@ -440,6 +447,14 @@ def probe(
     typer.echo(f"run {run_id}: {sum(counts.values())} records {counts} appended to {out}")
 
 
+def _server(base_url: str, model: str, api_key_env: str | None):
+    """The OpenAI-compatible server, with the API key of ``--api-key-env`` (simrollout.redact)."""
+    from .calibration.engine_probe import Server
+    from .redact import api_key
+
+    return Server(base_url, model, api_key=api_key(api_key_env), key_variable=api_key_env or "OPENAI_API_KEY")
+
+
 def _levels(text: str, option: str) -> tuple[int, ...]:
     try:
         values = tuple(int(c) for c in text.split(","))
@@ -461,12 +476,14 @@ def _json_option(text: str, option: str) -> dict:
 
 
 def _probe_openai(
-    out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots=False
-) -> None:
+    out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots=False,
+    api_key_env=None,
+) -> None:  # fmt: skip
     """``probe openai``: time an OpenAI-compatible server (simrollout.calibration.engine_probe)."""
     import datetime as dt
 
-    from .calibration.engine_probe import EnginePlan, Server, probe_engine
+    from .calibration.engine_probe import EnginePlan, probe_engine
+    from .redact import scrub
 
     if not base_url:
         raise InputError("probe openai: give --base-url (e.g. http://127.0.0.1:8080/v1) and --model.")
@@ -488,10 +505,11 @@ def _probe_openai(
     def seen(rec) -> None:
         counts["ok" if rec.ok else "failed"] += 1
         if not rec.ok:
-            err.print(f"request failed (recorded): {rec.error}")
+            err.print(f"request failed (recorded): {scrub(rec.error)}")
 
+    server = _server(base_url, model, api_key_env)
     try:
-        run_id = probe_engine(Server(base_url, model), plan, out, on_record=seen)
+        run_id = probe_engine(server, plan, out, on_record=seen)
     except (KeyboardInterrupt, Interrupted) as exc:
         err.print(f"interrupted; kept {sum(counts.values())} records in {out}")
         raise typer.Exit(getattr(exc, "code", 130)) from None
@@ -672,6 +690,12 @@ def validate(
     base_url: str | None = typer.Option(None, help="--engine: the server's URL."),
     model: str = typer.Option("default", help="--engine: the model name."),
     request_extra: str = typer.Option("{}", help="--engine: extra request fields as JSON."),
+    api_key_env: str | None = typer.Option(
+        None,
+        "--api-key-env",
+        help="--engine: the environment variable holding the server's API key, sent as a bearer token "
+        "(default: OPENAI_API_KEY when set, else no key). Never recorded or printed.",
+    ),
     pin_slots: bool = typer.Option(
         False,
         "--pin-slots",
@@ -745,7 +769,9 @@ def validate(
     if engine:
         extra = _json_option(request_extra, "--request-extra")
         if iterations:
-            return _validate_iterations(profile, base_url, model, levels, seed, record, extra, pin_slots)
+            return _validate_iterations(
+                profile, base_url, model, levels, seed, record, extra, pin_slots, api_key_env
+            )
         return _validate_engine(
             profile,
             base_url,
@@ -759,6 +785,7 @@ def validate(
             extra,
             repeat,
             pin_slots,
+            api_key_env,
         )
     llm, rate = 0, None
     if held_out:
@@ -879,8 +906,11 @@ def _conclude(title: str, simulated: str, table, record: Path | None, keep, note
     for note in notes:
         typer.echo(note)
     if record is not None:
+        from .redact import scrub_folder
+
         with atomic_folder(record) as tmp:
             keep(tmp)
+            scrub_folder(tmp)  # no credential in a record, whatever wrote it
         typer.echo(f"recorded in {record}/")
     if missed:
         err.print(f"{missed} target(s) missed")
@@ -888,10 +918,10 @@ def _conclude(title: str, simulated: str, table, record: Path | None, keep, note
 
 
 def _validate_engine(
-    profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra, repeat=1, pin=False
-) -> None:
+    profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra, repeat=1, pin=False,
+    api_key_env=None,
+) -> None:  # fmt: skip
     """``validate --engine``: the agent loop on a real server vs its simulation."""
-    from .calibration.engine_probe import Server
     from .calibration.validate_engine import agent_scenario, compare_engine, real_agent_loop, speed_check
     from .calibration.validate_engine import record as keep
 
@@ -902,7 +932,7 @@ def _validate_engine(
     )
     import pandas as pd
 
-    server = Server(base_url, model)
+    server = _server(base_url, model, api_key_env)
     runs, speed = _checked_runs(
         repeat,
         lambda k: real_agent_loop(server, scn, seed, extra, run=k, pin=pin),
@@ -910,7 +940,7 @@ def _validate_engine(
     )
     real = pd.concat(runs)
     table = compare_engine(real, scn)
-    title = f"validate --engine: {trajectories} x {steps} turns on {base_url}"
+    title = f"validate --engine: {trajectories} x {steps} turns on {server.base_url}"
     if repeat > 1:
         title += f", real: median of {repeat} runs"
     note = _speed_note(speed, "lone 128-token requests, latency")
@@ -919,23 +949,24 @@ def _validate_engine(
               notes=[note])  # fmt: skip
 
 
-def _validate_iterations(profile, base_url, model, levels, seed, record, extra, pin_slots=False) -> None:
+def _validate_iterations(
+    profile, base_url, model, levels, seed, record, extra, pin_slots=False, api_key_env=None
+) -> None:
     """``validate --engine --iterations``: single iterations on a real server vs the profile's."""
     import json
 
-    from .calibration.engine_probe import Server
     from .calibration.iteration_check import IterationPlan, iteration_check
     from .scenario import Engine, load_engine_profile
 
     if not base_url:
         raise InputError("validate --engine --iterations: give --base-url of the server.")
     engine = Engine.model_validate(load_engine_profile(profile).engine)
-    server = Server(base_url, model)
+    server = _server(base_url, model, api_key_env)
     plan = IterationPlan(decodes=tuple(levels), seed=seed, pin_slots=pin_slots)
     table = iteration_check(server, engine, plan, extra)
     if table.empty:
         raise InputError(
-            f"{base_url}: no iteration could be timed (every round's text was held back or a decode "
+            f"{server.base_url}: no iteration could be timed (every round's text was held back or a decode "
             "ended first); give --request-extra a logit_bias that keeps the output to whole characters."
         )
 
@@ -947,7 +978,7 @@ def _validate_iterations(profile, base_url, model, levels, seed, record, extra, 
 
     note = ("in flight: requests in the batch; real: the median of the rounds (their range); "
             "no targets: this says where an agent-loop miss sits, iteration costs or batching.")  # fmt: skip
-    title = f"validate --engine --iterations: {base_url} against {profile.name}"
+    title = f"validate --engine --iterations: {server.base_url} against {profile.name}"
     _conclude(title, "profile", table, record, keep, notes=[note])
 
 
@@ -1026,7 +1057,9 @@ def main() -> None:
     except (InputError, SubstrateError) as exc:
         from rich.markup import escape
 
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        from .redact import scrub
+
+        err.print(f"[red]error:[/red] {escape(scrub(str(exc)))}", highlight=False, soft_wrap=True)
         sys.exit(2 if isinstance(exc, InputError) else 1)
 
 

@@ -73,14 +73,21 @@ class _Base(BaseModel):
     @model_validator(mode="after")
     def _valid(self):
         self._check()
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("error")  # a warning while computing a moment is a refusal, not noise
+        # numpy's and scipy's floating-point trouble raises here rather than warning later: an
+        # overflow or a division by zero is an unbounded moment, an invalid value a refusal
+        trouble = np.errstate(over="raise", divide="raise", invalid="raise", under="ignore")
+        with trouble, warnings.catch_warnings():
+            warnings.simplefilter("error")
             try:
                 mean = self.mean()
-            except (OverflowError, FloatingPointError, ZeroDivisionError):
+            except (OverflowError, ZeroDivisionError):
                 mean = math.inf
-            except Warning as w:
-                raise ValueError(f"this {self.kind} distribution's mean cannot be computed ({w})") from None
+            except (FloatingPointError, Warning) as w:
+                if "invalid" in str(w):
+                    raise ValueError(
+                        f"this {self.kind} distribution's mean cannot be computed from these parameters ({w})"
+                    ) from None
+                mean = math.inf
             try:
                 tail = float(np.max(self.ppf(0.999)))
             except (OverflowError, FloatingPointError, ZeroDivisionError, Warning):
@@ -142,8 +149,9 @@ class Lognormal(_Shifted):
     @model_validator(mode="before")
     @classmethod
     def _one_form(cls, data):
-        if isinstance(data, dict):
-            data = {k: v for k, v in data.items() if v is not None}  # a null field is a missing one
+        if isinstance(data, dict):  # a null parameter is a missing one
+            params = ("mu", "sigma", "median", "p99")
+            data = {k: v for k, v in data.items() if v is not None or k not in params}
             if "median" in data and "sigma" in data and "mu" not in data and "p99" not in data:
                 return data  # median and sigma: the way a lognormal is often quoted
             by_log = "mu" in data or "sigma" in data
@@ -231,8 +239,8 @@ class Empirical(_Base):
     @model_validator(mode="before")
     @classmethod
     def _one_form(cls, data):
-        if isinstance(data, dict) and ("samples" in data) == ("quantiles" in data):
-            raise ValueError("give either samples or quantiles")
+        if isinstance(data, dict) and (data.get("samples") is None) == (data.get("quantiles") is None):
+            raise ValueError("give either samples (seconds) or quantiles ({level: seconds}), not both")
         return data
 
     def _check(self) -> None:

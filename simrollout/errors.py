@@ -117,12 +117,15 @@ _DIST_KINDS = {
 }
 
 
-def explain(exc: ValidationError, path: str | Path, node: yaml.Node | None = None) -> InputError:
-    """Turn a pydantic ValidationError into one readable InputError."""
+def explain(
+    exc: ValidationError, path: str | Path, node: yaml.Node | None = None, within: tuple = ()
+) -> InputError:
+    """Turn a pydantic ValidationError into one readable InputError; ``within``: the section of
+    the file that was validated (its fields' paths start there)."""
     parts = []
     seen = set()
     for err in exc.errors():
-        loc = _clean_loc(err["loc"])
+        loc = within + _clean_loc(err["loc"])
         if not loc:  # a check across sections names its field first: point at that line
             named = re.match(r"(?:Value error, )?([a-z_]+(?:\.[a-z_0-9]+)+)\b", err["msg"])
             if named:

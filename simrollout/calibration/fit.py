@@ -569,10 +569,12 @@ def from_quantiles(spec: dict, path: Path) -> dict:
 
 
 def write_profile(profile: dict, path: Path) -> None:
+    """The profile as YAML, credentials scrubbed (simrollout.redact)."""
     from ..outputs import atomic_file
+    from ..redact import scrub
 
     with atomic_file(path) as tmp:  # an existing profile is replaced only when complete
-        tmp.write_text(yaml.safe_dump(profile, sort_keys=False, width=100))
+        tmp.write_text(yaml.safe_dump(scrub(profile), sort_keys=False, width=100))
 
 
 def plot_fits(plots: dict, path: Path) -> Path:
