@@ -52,6 +52,10 @@ def run(
         scn = override(scn, over)
     out = out or Path("results") / scn.name
     _out_folder(out)
+    from .fidelity import unbacked
+
+    if unbacked(scn):
+        err.print(f"warning: {unbacked(scn)}", highlight=False, soft_wrap=True)
     if timeline is not None:
         from .timeline import check
 
