@@ -9,10 +9,12 @@ import typer
 from rich.console import Console
 
 from .calibration.probe import PROBE_LEVELS
+from .cli_help import TidyGroup
 from .errors import InputError, SubstrateError
 from .outputs import atomic_file, atomic_folder
 
 app = typer.Typer(
+    cls=TidyGroup,  # every command's and option's help rewrapped and its defaults shown (cli_help)
     add_completion=False,
     no_args_is_help=True,
     help="Simulate coding-agent RL rollouts: probe -> calibrate -> run -> sweep/plan -> validate.",
@@ -30,13 +32,19 @@ def run(
     scenario: Path = typer.Argument(..., help="Scenario YAML (version: 1)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Results folder (default: results/<name>)."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Processes (default: all cores)."),
-    seed: int | None = typer.Option(None, help="Override the scenario's seed."),
-    fidelity: str | None = typer.Option(None, help="Override fidelity: step, trajectory or auto."),
+    seed: int | None = typer.Option(None, help="The seed (default: the scenario's)."),
+    fidelity: str | None = typer.Option(
+        None, help="Fidelity: step, trajectory or auto (default: the scenario's, auto unless it sets one)."
+    ),
     no_records: bool = typer.Option(False, "--no-records", help="Skip the per-trajectory Parquet files."),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
-    address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
+    address: str | None = typer.Option(
+        None, help="Ray cluster address (with --executor ray; default: start a local Ray)."
+    ),
     timeline: Path | None = typer.Option(
-        None, help="Also write a Chrome trace (open in ui.perfetto.dev) of the first cell here."
+        None,
+        help="Also write a Chrome trace (open in ui.perfetto.dev) of the "
+        "first cell to this file (default: none).",
     ),
     explain: bool = typer.Option(False, "--explain", help="Also print what every column of the table means."),
 ) -> None:
@@ -115,7 +123,9 @@ def sweep(
         None, "--out", "-o", help="Results folder (default: results/<name>-sweep)."
     ),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
-    address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
+    address: str | None = typer.Option(
+        None, help="Ray cluster address (with --executor ray; default: start a local Ray)."
+    ),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
 ) -> None:
     """Run a grid over any scenario fields; one row per cell, plots against concurrency."""
@@ -162,16 +172,31 @@ def sweep(
 @app.command()
 def plan(
     scenario: Path = typer.Argument(..., help="Scenario YAML (version: 1)."),
-    deadline: str | None = typer.Option(None, help="Finish within, e.g. 24h, 90m, 2d."),
-    throughput: float | None = typer.Option(None, help="At least this many trajectories per hour."),
-    steps_per_day: float | None = typer.Option(
-        None, "--steps-per-day", help="At least this many training steps per day (a scenario with training:)."
+    deadline: str | None = typer.Option(
+        None, help="Finish within, e.g. 24h, 90m, 2d (default: no deadline)."
     ),
-    budget: float | None = typer.Option(None, help="At most this many US dollars (then: fastest within)."),
+    throughput: float | None = typer.Option(
+        None, help="At least this many trajectories per hour (default: no throughput target)."
+    ),
+    steps_per_day: float | None = typer.Option(
+        None,
+        "--steps-per-day",
+        help="At least this many training steps per day (a scenario "
+        "with training:; default: no such target).",
+    ),
+    budget: float | None = typer.Option(
+        None, help="At most this many US dollars (then: fastest within; default: no budget)."
+    ),
     concurrency: str | None = typer.Option(None, help="Levels to search (default 64..16384, powers of 2)."),
-    warm_pool: str | None = typer.Option(None, "--warm-pool", help="Warm-pool sizes to search."),
-    hosts: str | None = typer.Option(None, help="Host counts to search (self-managed fleets)."),
-    engines: str | None = typer.Option(None, help="Inference engine counts to search (e.g. 8,16,32)."),
+    warm_pool: str | None = typer.Option(
+        None, "--warm-pool", help="Warm-pool sizes to search, sandboxes (default: the scenario's)."
+    ),
+    hosts: str | None = typer.Option(
+        None, help="Host counts to search, self-managed fleets (default: the scenario's)."
+    ),
+    engines: str | None = typer.Option(
+        None, help="Inference engine counts to search, e.g. 8,16,32 (default: the scenario's)."
+    ),
     sample: int = typer.Option(
         20_000, help="Trajectories simulated per configuration (projected to the full run)."
     ),
@@ -184,9 +209,13 @@ def plan(
         "full run, at most 10 x --sample; 0 skips it).",
     ),  # fmt: skip
     sensitivity: float | None = typer.Option(
-        None, help="Re-plan with the substrates' lifecycle latencies scaled by 1 -/+ this (e.g. 0.2)."
+        None,
+        help="Re-plan with the substrates' lifecycle latencies scaled by 1 -/+ this share, e.g. 0.2 "
+        "(default: no re-plan).",
     ),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Write the evaluated table (CSV) here."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Write the evaluated table (CSV) here (default: not written)."
+    ),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
 ) -> None:
@@ -330,7 +359,12 @@ def probe(
     backend: str = typer.Argument(
         ..., help="process, docker, kubernetes, daytona, e2b, modal, ec2 or openai."
     ),
-    out: Path = typer.Option(None, "--out", "-o", help="JSONL file to append to."),
+    out: Path = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="JSONL file to append to (default: calibration/probes/<backend>-<date>.jsonl).",
+    ),
     sandboxes: int = typer.Option(
         0, help="Sandbox lifecycles per concurrency level (0: max(32, 2 x level), enough to fill it)."
     ),
@@ -361,7 +395,9 @@ def probe(
     image_mb: int = typer.Option(
         64, help="docker: time loading a task image of --image plus this many MB from an archive (0 to skip)."
     ),
-    base_url: str | None = typer.Option(None, help="openai: the server's URL (http://host:port/v1)."),
+    base_url: str | None = typer.Option(
+        None, help="openai: the server's URL, http://host:port/v1 (required with openai; no default)."
+    ),
     model: str = typer.Option("default", help="openai: the model name the server serves."),
     prompts: str = typer.Option("128,512,1024", help="openai: prompt lengths in tokens."),
     output_tokens: int = typer.Option(32, help="openai: output tokens per request."),
@@ -563,10 +599,16 @@ def calibrate(
     name: str | None = typer.Option(None, help="Substrate name (default: the file stem)."),
     criterion: str = typer.Option("aic", help="Model selection: aic or bic."),
     from_quantiles: Path | None = typer.Option(
-        None, "--from-quantiles", help="Build from published percentiles (YAML spec) instead of probes."
+        None,
+        "--from-quantiles",
+        help="Build from published percentiles (YAML spec) instead of probes (default: from probes).",
     ),
-    kv_capacity: int | None = typer.Option(None, help="Engine records: KV-cache tokens per engine."),
-    max_running: int | None = typer.Option(None, help="Engine records: requests an engine runs at once."),
+    kv_capacity: int | None = typer.Option(
+        None, help="Engine records: KV-cache tokens per engine (default: what the server said, llama.cpp)."
+    ),
+    max_running: int | None = typer.Option(
+        None, help="Engine records: requests an engine runs at once (default: the server's slots, else 256)."
+    ),
     image_cache_gb: float = typer.Option(
         100.0, help="With task image pulls in the records: the hosts' image cache, GB (not measured)."
     ),
@@ -669,10 +711,14 @@ def calibrate(
 def validate(
     profile: Path = typer.Option(..., help="Profile calibrated from a probe of the same engine."),
     backend: str = typer.Option("docker", help="Backend to run the real mini-rollout on."),
-    trajectories: int = typer.Option(None, help="Trajectories per concurrency level (64; --engine: 16)."),
-    steps: int = typer.Option(None, help="Commands (--engine: turns) per trajectory (20; --engine: 6)."),
+    trajectories: int = typer.Option(
+        None, help="Trajectories per concurrency level (default: 64; --engine: 16)."
+    ),
+    steps: int = typer.Option(
+        None, help="Commands (--engine: turns) per trajectory (default: 20; --engine: 6)."
+    ),
     concurrency: str = typer.Option(
-        None, help="Comma-separated levels (1,8,32; --engine: 1,4,8; --iterations: 1,2,4,8)."
+        None, help="Comma-separated levels (default: 1,8,32; --engine: 1,4,8; --iterations: 1,2,4,8)."
     ),
     tool_median: float = typer.Option(0.05, help="Median of the lognormal command duration, s."),
     tool_p99: float = typer.Option(0.5, help="p99 of the lognormal command duration, s."),
@@ -684,14 +730,18 @@ def validate(
     ),  # fmt: skip
     image: str = typer.Option("simrollout-busybox:local", help="Image."),
     seed: int = typer.Option(0, help="Seed of the drawn command durations."),
-    record: Path | None = typer.Option(None, help="Folder to record inputs, measurements and comparison."),
+    record: Path | None = typer.Option(
+        None, help="Folder to record inputs, measurements and comparison (default: not recorded)."
+    ),
     engine: bool = typer.Option(
         False,
         "--engine",
         help="Validate an engine profile (--profile) against a real OpenAI-compatible "
         "server (--base-url, --model) with a multi-turn agent loop.",
     ),  # fmt: skip
-    base_url: str | None = typer.Option(None, help="--engine: the server's URL."),
+    base_url: str | None = typer.Option(
+        None, help="--engine: the server's URL, http://host:port/v1 (required with --engine; no default)."
+    ),
     model: str = typer.Option("default", help="--engine: the model name."),
     request_extra: str = typer.Option("{}", help="--engine: extra request fields as JSON."),
     api_key_env: str | None = typer.Option(
@@ -722,7 +772,7 @@ def validate(
         "--against",
         help="A recorded validation folder (validation/...): compare its real rollout (with "
         "--engine: its agent loop) with --profile's simulation of the same workload, running "
-        "nothing real (its workload and levels replace the workload options).",
+        "nothing real (its workload and levels replace the workload options; default: run for real).",
     ),  # fmt: skip
 ) -> None:
     """Run a real mini-rollout, simulate the same, and print the difference per metric and target.
