@@ -460,10 +460,10 @@ def probe(
             f"--image {image}: a tag built on this machine (scripts/start-docker.sh), which the "
             f"{backend} backend cannot pull; give an image (or template, AMI) that exists there."
         )
-    be = get_backend(backend)
-    image = be.default_image if image is None else image
     if image_mb < 0:
         raise InputError(f"--image-mb: expected MB >= 0 (0 skips the task image loads), got {image_mb}.")
+    be = get_backend(backend)
+    image = be.default_image if image is None else image
     plan = ProbePlan(
         sandboxes, commands, levels, mode, gap, image, command, reset=reset or None, image_mb=image_mb,
         think=think, think_draw=think_draw,
@@ -797,14 +797,22 @@ def validate(
     concurrency = concurrency or ("1,2,4,8" if iterations else "1,4,8" if engine else "1,8,32")
     try:
         levels = [int(c) for c in concurrency.split(",")]
-        assert all(c > 0 for c in levels) and trajectories > 0 and steps > 0
+        assert all(0 < c <= 10_000 for c in levels) and 0 < trajectories <= 100_000 and 0 < steps <= 10_000
     except (ValueError, AssertionError):
         raise InputError(
-            f"validate: expected --concurrency as positive integers like 1,8,32 (got '{concurrency}') "
-            f"and positive --trajectories and --steps (got {trajectories} and {steps})."
+            f"validate: expected --concurrency as positive integers like 1,8,32 (got '{concurrency}'), "
+            f"--trajectories of 1 to 100,000 and --steps of 1 to 10,000, a real mini-rollout's size (got "
+            f"{trajectories} and {steps})."
         ) from None
     if not profile.is_file():
         raise InputError(f"--profile {profile}: file not found; calibrate one with 'simrollout calibrate'.")
+    if not (0 < tool_median < tool_p99 <= 86_400):
+        raise InputError(
+            f"--tool-median and --tool-p99: expected seconds with 0 < median < p99 <= 86,400 (a day), got "
+            f"{tool_median} and {tool_p99}."
+        )
+    if seed < 0:
+        raise InputError(f"--seed: expected a seed >= 0, got {seed}.")
     if repeat < 1:
         raise InputError(f"--repeat: expected a positive count of real runs, got {repeat}.")
     if (pin_slots or iterations) and not engine:
@@ -987,6 +995,7 @@ def _validate_engine(
     import pandas as pd
 
     server = _server(base_url, model, api_key_env)
+    server.check()  # an unreachable URL or a refused key before any timing
     runs, speed = _checked_runs(
         repeat,
         lambda k: real_agent_loop(server, scn, seed, extra, run=k, pin=pin),
