@@ -5,7 +5,6 @@ and the SDK backends' keys (simrollout.redact)."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -118,29 +117,38 @@ def keyed_server():
         log.close()
 
 
-def test_probe_and_validate_an_endpoint_behind_a_key_and_record_no_secret(keyed_server, tmp_path):
+def test_probe_and_validate_an_endpoint_behind_a_key_and_record_no_secret(
+    keyed_server, tmp_path, monkeypatch
+):
     url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{keyed_server}/v1"
     small = ["--concurrency", "1", "--prompts", "16,64", "--output-tokens", "4", "--requests", "1"]
-    # no key: refused before anything is timed, and said how to give one
+    # no key: refused before anything is timed, and said how to give one; a wrong key: refused
     nokey = _cli("probe", "openai", "--base-url", url, *small, "-o", tmp_path / "none.jsonl")
     assert nokey.returncode == 2 and "needs an API key" in nokey.stderr and "--api-key-env" in nokey.stderr
     wrong = _cli("probe", "openai", "--base-url", url, "--api-key-env", "WRONG", *small, "-o", tmp_path / "w.jsonl",
                  env=_env(WRONG="sk-not-the-key"))  # fmt: skip
     assert wrong.returncode == 2 and "the API key in WRONG was refused" in wrong.stderr
-    env = _env(MYKEY=KEY)
+    assert not (tmp_path / "none.jsonl").exists() or "ok" not in (tmp_path / "none.jsonl").read_text()
+    # the right key: a probe (the CLI's server, a small plan: this machine's CPU serves it), then
+    # its profile and a recorded validation through the CLI
+    from simrollout.calibration.engine_probe import EnginePlan, probe_engine
+    from simrollout.cli import _server
+
+    for k, v in {**SDK, "MYKEY": KEY}.items():
+        monkeypatch.setenv(k, v)
     probes = tmp_path / "probe.jsonl"
-    p = _cli("probe", "openai", "--base-url", url, "--api-key-env", "MYKEY", *small, "-o", probes, env=env)
-    assert p.returncode == 0, p.stderr[-800:]
-    assert "0 failed" in p.stdout and probes.read_text().count('"ok": true') >= 8
-    # a profile from these records with earlier ones of the same model (the fit needs two levels)
-    other = ROOT / "calibration/probes/llama-cpp-tiny-b.jsonl"
-    c = _cli("calibrate", probes, other, "-o", tmp_path / "engine.yaml", "--kv-capacity", "8192", env=env)
+    plan = EnginePlan(levels=(1, 2), prompts=(16, 64), output=4, requests=2, decode_output=8, decode_rounds=1,
+                      decode_contexts=(16,), shared_prefix=0)  # fmt: skip
+    probe_engine(_server(url, "default", "MYKEY"), plan, probes)
+    text = probes.read_text()
+    assert text.count('"ok": true') == text.count("\n") >= 8 and f'"host": "127.0.0.1:{keyed_server}"' in text
+    env = _env(MYKEY=KEY)
+    c = _cli("calibrate", probes, "-o", tmp_path / "engine.yaml", env=env)
     assert c.returncode == 0, c.stderr[-800:]
-    shutil.copy(ROOT / "calibration/engines/llama-cpp-tiny.yaml", tmp_path / "tiny.yaml")
-    v = _cli("validate", "--engine", "--profile", tmp_path / "tiny.yaml", "--base-url", url, "--api-key-env",
-             "MYKEY", "--trajectories", "2", "--steps", "2", "--concurrency", "1", "--record", tmp_path / "rec",
+    v = _cli("validate", "--engine", "--profile", tmp_path / "engine.yaml", "--base-url", url, "--api-key-env",
+             "MYKEY", "--trajectories", "1", "--steps", "1", "--concurrency", "1", "--record", tmp_path / "rec",
              env=env)  # fmt: skip
     assert v.returncode in (0, 1), v.stderr[-800:]  # 1: a target missed on this busy machine
     assert (tmp_path / "rec" / "machine.json").is_file() and f"127.0.0.1:{keyed_server}/v1" in v.stdout
-    outputs = [x for r in (nokey, wrong, p, c, v) for x in (r.stdout, r.stderr)]
+    outputs = [x for r in (nokey, wrong, c, v) for x in (r.stdout, r.stderr)]
     assert _leaks(tmp_path, *outputs) == []
