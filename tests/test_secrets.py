@@ -4,6 +4,7 @@ and the SDK backends' keys (simrollout.redact)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -137,8 +138,12 @@ def test_probe_and_validate_an_endpoint_behind_a_key_and_record_no_secret(
     for k, v in {**SDK, "MYKEY": KEY}.items():
         monkeypatch.setenv(k, v)
     probes = tmp_path / "probe.jsonl"
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from tiny_gguf import ascii_only_bias  # whole characters: every token streamed as it comes
+
+    extra = {"logit_bias": ascii_only_bias()}
     plan = EnginePlan(levels=(1, 2), prompts=(16, 64), output=4, requests=2, decode_output=8, decode_rounds=1,
-                      decode_contexts=(16,), shared_prefix=0)  # fmt: skip
+                      decode_contexts=(16,), shared_prefix=0, extra=extra)  # fmt: skip
     probe_engine(_server(url, "default", "MYKEY"), plan, probes)
     text = probes.read_text()
     assert text.count('"ok": true') == text.count("\n") >= 8 and f'"host": "127.0.0.1:{keyed_server}"' in text
@@ -147,7 +152,7 @@ def test_probe_and_validate_an_endpoint_behind_a_key_and_record_no_secret(
     assert c.returncode == 0, c.stderr[-800:]
     v = _cli("validate", "--engine", "--profile", tmp_path / "engine.yaml", "--base-url", url, "--api-key-env",
              "MYKEY", "--trajectories", "1", "--steps", "1", "--concurrency", "1", "--record", tmp_path / "rec",
-             env=env)  # fmt: skip
+             "--request-extra", json.dumps(extra), env=env)  # fmt: skip
     assert v.returncode in (0, 1), v.stderr[-800:]  # 1: a target missed on this busy machine
     assert (tmp_path / "rec" / "machine.json").is_file() and f"127.0.0.1:{keyed_server}/v1" in v.stdout
     outputs = [x for r in (nokey, wrong, c, v) for x in (r.stdout, r.stderr)]
