@@ -9,10 +9,12 @@ import typer
 from rich.console import Console
 
 from .calibration.probe import PROBE_LEVELS
+from .cli_help import TidyGroup
 from .errors import InputError, SubstrateError
 from .outputs import atomic_file, atomic_folder
 
 app = typer.Typer(
+    cls=TidyGroup,  # every command's and option's help rewrapped and its defaults shown (cli_help)
     add_completion=False,
     no_args_is_help=True,
     help="Simulate coding-agent RL rollouts: probe -> calibrate -> run -> sweep/plan -> validate.",
@@ -30,13 +32,19 @@ def run(
     scenario: Path = typer.Argument(..., help="Scenario YAML (version: 1)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Results folder (default: results/<name>)."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Processes (default: all cores)."),
-    seed: int | None = typer.Option(None, help="Override the scenario's seed."),
-    fidelity: str | None = typer.Option(None, help="Override fidelity: step, trajectory or auto."),
+    seed: int | None = typer.Option(None, help="The seed (default: the scenario's)."),
+    fidelity: str | None = typer.Option(
+        None, help="Fidelity: step, trajectory or auto (default: the scenario's, auto unless it sets one)."
+    ),
     no_records: bool = typer.Option(False, "--no-records", help="Skip the per-trajectory Parquet files."),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
-    address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
+    address: str | None = typer.Option(
+        None, help="Ray cluster address (with --executor ray; default: start a local Ray)."
+    ),
     timeline: Path | None = typer.Option(
-        None, help="Also write a Chrome trace (open in ui.perfetto.dev) of the first cell here."
+        None,
+        help="Also write a Chrome trace (open in ui.perfetto.dev) of the "
+        "first cell to this file (default: none).",
     ),
     explain: bool = typer.Option(False, "--explain", help="Also print what every column of the table means."),
 ) -> None:
@@ -52,6 +60,10 @@ def run(
         scn = override(scn, over)
     out = out or Path("results") / scn.name
     _out_folder(out)
+    from .fidelity import unbacked
+
+    if unbacked(scn):
+        err.print(f"warning: {unbacked(scn)}", highlight=False, soft_wrap=True)
     if timeline is not None:
         from .timeline import check
 
@@ -111,7 +123,9 @@ def sweep(
         None, "--out", "-o", help="Results folder (default: results/<name>-sweep)."
     ),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
-    address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
+    address: str | None = typer.Option(
+        None, help="Ray cluster address (with --executor ray; default: start a local Ray)."
+    ),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
 ) -> None:
     """Run a grid over any scenario fields; one row per cell, plots against concurrency."""
@@ -158,16 +172,31 @@ def sweep(
 @app.command()
 def plan(
     scenario: Path = typer.Argument(..., help="Scenario YAML (version: 1)."),
-    deadline: str | None = typer.Option(None, help="Finish within, e.g. 24h, 90m, 2d."),
-    throughput: float | None = typer.Option(None, help="At least this many trajectories per hour."),
-    steps_per_day: float | None = typer.Option(
-        None, "--steps-per-day", help="At least this many training steps per day (a scenario with training:)."
+    deadline: str | None = typer.Option(
+        None, help="Finish within, e.g. 24h, 90m, 2d (default: no deadline)."
     ),
-    budget: float | None = typer.Option(None, help="At most this many US dollars (then: fastest within)."),
+    throughput: float | None = typer.Option(
+        None, help="At least this many trajectories per hour (default: no throughput target)."
+    ),
+    steps_per_day: float | None = typer.Option(
+        None,
+        "--steps-per-day",
+        help="At least this many training steps per day (a scenario "
+        "with training:; default: no such target).",
+    ),
+    budget: float | None = typer.Option(
+        None, help="At most this many US dollars (then: fastest within; default: no budget)."
+    ),
     concurrency: str | None = typer.Option(None, help="Levels to search (default 64..16384, powers of 2)."),
-    warm_pool: str | None = typer.Option(None, "--warm-pool", help="Warm-pool sizes to search."),
-    hosts: str | None = typer.Option(None, help="Host counts to search (self-managed fleets)."),
-    engines: str | None = typer.Option(None, help="Inference engine counts to search (e.g. 8,16,32)."),
+    warm_pool: str | None = typer.Option(
+        None, "--warm-pool", help="Warm-pool sizes to search, sandboxes (default: the scenario's)."
+    ),
+    hosts: str | None = typer.Option(
+        None, help="Host counts to search, self-managed fleets (default: the scenario's)."
+    ),
+    engines: str | None = typer.Option(
+        None, help="Inference engine counts to search, e.g. 8,16,32 (default: the scenario's)."
+    ),
     sample: int = typer.Option(
         20_000, help="Trajectories simulated per configuration (projected to the full run)."
     ),
@@ -180,9 +209,13 @@ def plan(
         "full run, at most 10 x --sample; 0 skips it).",
     ),  # fmt: skip
     sensitivity: float | None = typer.Option(
-        None, help="Re-plan with the substrates' lifecycle latencies scaled by 1 -/+ this (e.g. 0.2)."
+        None,
+        help="Re-plan with the substrates' lifecycle latencies scaled by 1 -/+ this share, e.g. 0.2 "
+        "(default: no re-plan).",
     ),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Write the evaluated table (CSV) here."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Write the evaluated table (CSV) here (default: not written)."
+    ),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
 ) -> None:
@@ -326,7 +359,12 @@ def probe(
     backend: str = typer.Argument(
         ..., help="process, docker, kubernetes, daytona, e2b, modal, ec2 or openai."
     ),
-    out: Path = typer.Option(None, "--out", "-o", help="JSONL file to append to."),
+    out: Path = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="JSONL file to append to (default: calibration/probes/<backend>-<date>.jsonl).",
+    ),
     sandboxes: int = typer.Option(
         0, help="Sandbox lifecycles per concurrency level (0: max(32, 2 x level), enough to fill it)."
     ),
@@ -357,7 +395,9 @@ def probe(
     image_mb: int = typer.Option(
         64, help="docker: time loading a task image of --image plus this many MB from an archive (0 to skip)."
     ),
-    base_url: str | None = typer.Option(None, help="openai: the server's URL (http://host:port/v1)."),
+    base_url: str | None = typer.Option(
+        None, help="openai: the server's URL, http://host:port/v1 (required with openai; no default)."
+    ),
     model: str = typer.Option("default", help="openai: the model name the server serves."),
     prompts: str = typer.Option("128,512,1024", help="openai: prompt lengths in tokens."),
     output_tokens: int = typer.Option(32, help="openai: output tokens per request."),
@@ -367,6 +407,12 @@ def probe(
     request_extra: str = typer.Option("{}", help="openai: extra request fields as JSON (e.g. logit_bias)."),
     pin_slots: bool = typer.Option(
         False, "--pin-slots", help="openai, llama.cpp's server: each client keeps to its own slot (id_slot)."
+    ),
+    api_key_env: str | None = typer.Option(
+        None,
+        "--api-key-env",
+        help="openai: the environment variable holding the server's API key, sent as a bearer token "
+        "(default: OPENAI_API_KEY when set, else no key). Never recorded or printed.",
     ),
 ) -> None:
     """Time create, exec, file transfer and teardown of real sandboxes (or, with ``openai``, the
@@ -379,8 +425,9 @@ def probe(
         )
     if backend == "openai":
         return _probe_openai(
-            out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots
-        )
+            out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots,
+            api_key_env,
+        )  # fmt: skip
 
     from .calibration.backends import get_backend
     from .calibration.probe import MODES, THINK_DRAWS, ProbePlan
@@ -413,10 +460,10 @@ def probe(
             f"--image {image}: a tag built on this machine (scripts/start-docker.sh), which the "
             f"{backend} backend cannot pull; give an image (or template, AMI) that exists there."
         )
-    be = get_backend(backend)
-    image = be.default_image if image is None else image
     if image_mb < 0:
         raise InputError(f"--image-mb: expected MB >= 0 (0 skips the task image loads), got {image_mb}.")
+    be = get_backend(backend)
+    image = be.default_image if image is None else image
     plan = ProbePlan(
         sandboxes, commands, levels, mode, gap, image, command, reset=reset or None, image_mb=image_mb,
         think=think, think_draw=think_draw,
@@ -440,6 +487,14 @@ def probe(
     typer.echo(f"run {run_id}: {sum(counts.values())} records {counts} appended to {out}")
 
 
+def _server(base_url: str, model: str, api_key_env: str | None):
+    """The OpenAI-compatible server, with the API key of ``--api-key-env`` (simrollout.redact)."""
+    from .calibration.engine_probe import Server
+    from .redact import api_key
+
+    return Server(base_url, model, api_key=api_key(api_key_env), key_variable=api_key_env or "OPENAI_API_KEY")
+
+
 def _levels(text: str, option: str) -> tuple[int, ...]:
     try:
         values = tuple(int(c) for c in text.split(","))
@@ -461,12 +516,14 @@ def _json_option(text: str, option: str) -> dict:
 
 
 def _probe_openai(
-    out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots=False
-) -> None:
+    out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots=False,
+    api_key_env=None,
+) -> None:  # fmt: skip
     """``probe openai``: time an OpenAI-compatible server (simrollout.calibration.engine_probe)."""
     import datetime as dt
 
-    from .calibration.engine_probe import EnginePlan, Server, probe_engine
+    from .calibration.engine_probe import EnginePlan, probe_engine
+    from .redact import scrub
 
     if not base_url:
         raise InputError("probe openai: give --base-url (e.g. http://127.0.0.1:8080/v1) and --model.")
@@ -488,10 +545,11 @@ def _probe_openai(
     def seen(rec) -> None:
         counts["ok" if rec.ok else "failed"] += 1
         if not rec.ok:
-            err.print(f"request failed (recorded): {rec.error}")
+            err.print(f"request failed (recorded): {scrub(rec.error)}")
 
+    server = _server(base_url, model, api_key_env)
     try:
-        run_id = probe_engine(Server(base_url, model), plan, out, on_record=seen)
+        run_id = probe_engine(server, plan, out, on_record=seen)
     except (KeyboardInterrupt, Interrupted) as exc:
         err.print(f"interrupted; kept {sum(counts.values())} records in {out}")
         raise typer.Exit(getattr(exc, "code", 130)) from None
@@ -541,10 +599,16 @@ def calibrate(
     name: str | None = typer.Option(None, help="Substrate name (default: the file stem)."),
     criterion: str = typer.Option("aic", help="Model selection: aic or bic."),
     from_quantiles: Path | None = typer.Option(
-        None, "--from-quantiles", help="Build from published percentiles (YAML spec) instead of probes."
+        None,
+        "--from-quantiles",
+        help="Build from published percentiles (YAML spec) instead of probes (default: from probes).",
     ),
-    kv_capacity: int | None = typer.Option(None, help="Engine records: KV-cache tokens per engine."),
-    max_running: int | None = typer.Option(None, help="Engine records: requests an engine runs at once."),
+    kv_capacity: int | None = typer.Option(
+        None, help="Engine records: KV-cache tokens per engine (default: what the server said, llama.cpp)."
+    ),
+    max_running: int | None = typer.Option(
+        None, help="Engine records: requests an engine runs at once (default: the server's slots, else 256)."
+    ),
     image_cache_gb: float = typer.Option(
         100.0, help="With task image pulls in the records: the hosts' image cache, GB (not measured)."
     ),
@@ -574,14 +638,15 @@ def calibrate(
     from .calibration.fit import from_quantiles as build
     from .calibration.fit import plot_fits, write_profile
     from .calibration.probe import read_records
-    from .errors import load_yaml
+    from .errors import load_yaml, naming
 
     name = name or out.stem
     if out.is_dir():
         raise InputError(f"-o {out}: is a directory; expected the profile YAML file to write.")
     if from_quantiles is not None:
         spec, _ = load_yaml(from_quantiles)
-        profile = build(spec, from_quantiles)
+        with naming([from_quantiles]):
+            profile = build(spec, from_quantiles)
         write_profile(profile, out)
         typer.echo(f"wrote {out} (from published quantiles: {profile['provenance']['source']})")
         return
@@ -592,14 +657,21 @@ def calibrate(
     if not image_cache_gb > 0:
         raise InputError(f"--image-cache-gb: expected GB > 0, got {image_cache_gb}.")
     records = read_records(probes)
-    if records and all(r["phase"] == "generate" for r in records):
-        return _calibrate_engine(records, name, out, kv_capacity, max_running)
+    files = ", ".join(map(str, probes))
+    if not records:
+        raise InputError(
+            f"{files}: no probe records (empty, or only blank lines); expected the JSONL records "
+            "'simrollout probe' appends."
+        )
+    if all(r["phase"] == "generate" for r in records):
+        with naming(probes):
+            return _calibrate_engine(records, name, out, kv_capacity, max_running)
     if any(r["phase"] == "generate" for r in records):
         raise InputError(
-            f"{', '.join(map(str, probes))}: mixes engine records (phase 'generate') with sandbox "
+            f"{files}: mixes engine records (phase 'generate') with sandbox "
             "records; calibrate each kind from its own files."
         )
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, naming(probes):
         warnings.simplefilter("always")
         profile, plots = fit(
             records, name, criterion, image_cache_gb, contention_points, contention_weights, contention_shared
@@ -639,10 +711,14 @@ def calibrate(
 def validate(
     profile: Path = typer.Option(..., help="Profile calibrated from a probe of the same engine."),
     backend: str = typer.Option("docker", help="Backend to run the real mini-rollout on."),
-    trajectories: int = typer.Option(None, help="Trajectories per concurrency level (64; --engine: 16)."),
-    steps: int = typer.Option(None, help="Commands (--engine: turns) per trajectory (20; --engine: 6)."),
+    trajectories: int = typer.Option(
+        None, help="Trajectories per concurrency level (default: 64; --engine: 16)."
+    ),
+    steps: int = typer.Option(
+        None, help="Commands (--engine: turns) per trajectory (default: 20; --engine: 6)."
+    ),
     concurrency: str = typer.Option(
-        None, help="Comma-separated levels (1,8,32; --engine: 1,4,8; --iterations: 1,2,4,8)."
+        None, help="Comma-separated levels (default: 1,8,32; --engine: 1,4,8; --iterations: 1,2,4,8)."
     ),
     tool_median: float = typer.Option(0.05, help="Median of the lognormal command duration, s."),
     tool_p99: float = typer.Option(0.5, help="p99 of the lognormal command duration, s."),
@@ -654,16 +730,26 @@ def validate(
     ),  # fmt: skip
     image: str = typer.Option("simrollout-busybox:local", help="Image."),
     seed: int = typer.Option(0, help="Seed of the drawn command durations."),
-    record: Path | None = typer.Option(None, help="Folder to record inputs, measurements and comparison."),
+    record: Path | None = typer.Option(
+        None, help="Folder to record inputs, measurements and comparison (default: not recorded)."
+    ),
     engine: bool = typer.Option(
         False,
         "--engine",
         help="Validate an engine profile (--profile) against a real OpenAI-compatible "
         "server (--base-url, --model) with a multi-turn agent loop.",
     ),  # fmt: skip
-    base_url: str | None = typer.Option(None, help="--engine: the server's URL."),
+    base_url: str | None = typer.Option(
+        None, help="--engine: the server's URL, http://host:port/v1 (required with --engine; no default)."
+    ),
     model: str = typer.Option("default", help="--engine: the model name."),
     request_extra: str = typer.Option("{}", help="--engine: extra request fields as JSON."),
+    api_key_env: str | None = typer.Option(
+        None,
+        "--api-key-env",
+        help="--engine: the environment variable holding the server's API key, sent as a bearer token "
+        "(default: OPENAI_API_KEY when set, else no key). Never recorded or printed.",
+    ),
     pin_slots: bool = typer.Option(
         False,
         "--pin-slots",
@@ -686,7 +772,7 @@ def validate(
         "--against",
         help="A recorded validation folder (validation/...): compare its real rollout (with "
         "--engine: its agent loop) with --profile's simulation of the same workload, running "
-        "nothing real (its workload and levels replace the workload options).",
+        "nothing real (its workload and levels replace the workload options; default: run for real).",
     ),  # fmt: skip
 ) -> None:
     """Run a real mini-rollout, simulate the same, and print the difference per metric and target.
@@ -711,14 +797,22 @@ def validate(
     concurrency = concurrency or ("1,2,4,8" if iterations else "1,4,8" if engine else "1,8,32")
     try:
         levels = [int(c) for c in concurrency.split(",")]
-        assert all(c > 0 for c in levels) and trajectories > 0 and steps > 0
+        assert all(0 < c <= 10_000 for c in levels) and 0 < trajectories <= 100_000 and 0 < steps <= 10_000
     except (ValueError, AssertionError):
         raise InputError(
-            f"validate: expected --concurrency as positive integers like 1,8,32 (got '{concurrency}') "
-            f"and positive --trajectories and --steps (got {trajectories} and {steps})."
+            f"validate: expected --concurrency as positive integers like 1,8,32 (got '{concurrency}'), "
+            f"--trajectories of 1 to 100,000 and --steps of 1 to 10,000, a real mini-rollout's size (got "
+            f"{trajectories} and {steps})."
         ) from None
     if not profile.is_file():
         raise InputError(f"--profile {profile}: file not found; calibrate one with 'simrollout calibrate'.")
+    if not (0 < tool_median < tool_p99 <= 86_400):
+        raise InputError(
+            f"--tool-median and --tool-p99: expected seconds with 0 < median < p99 <= 86,400 (a day), got "
+            f"{tool_median} and {tool_p99}."
+        )
+    if seed < 0:
+        raise InputError(f"--seed: expected a seed >= 0, got {seed}.")
     if repeat < 1:
         raise InputError(f"--repeat: expected a positive count of real runs, got {repeat}.")
     if (pin_slots or iterations) and not engine:
@@ -737,7 +831,9 @@ def validate(
     if engine:
         extra = _json_option(request_extra, "--request-extra")
         if iterations:
-            return _validate_iterations(profile, base_url, model, levels, seed, record, extra, pin_slots)
+            return _validate_iterations(
+                profile, base_url, model, levels, seed, record, extra, pin_slots, api_key_env
+            )
         return _validate_engine(
             profile,
             base_url,
@@ -751,6 +847,7 @@ def validate(
             extra,
             repeat,
             pin_slots,
+            api_key_env,
         )
     llm, rate = 0, None
     if held_out:
@@ -871,8 +968,11 @@ def _conclude(title: str, simulated: str, table, record: Path | None, keep, note
     for note in notes:
         typer.echo(note)
     if record is not None:
+        from .redact import scrub_folder
+
         with atomic_folder(record) as tmp:
             keep(tmp)
+            scrub_folder(tmp)  # no credential in a record, whatever wrote it
         typer.echo(f"recorded in {record}/")
     if missed:
         err.print(f"{missed} target(s) missed")
@@ -880,10 +980,10 @@ def _conclude(title: str, simulated: str, table, record: Path | None, keep, note
 
 
 def _validate_engine(
-    profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra, repeat=1, pin=False
-) -> None:
+    profile, base_url, model, trajectories, steps, levels, tool, seed, record, extra, repeat=1, pin=False,
+    api_key_env=None,
+) -> None:  # fmt: skip
     """``validate --engine``: the agent loop on a real server vs its simulation."""
-    from .calibration.engine_probe import Server
     from .calibration.validate_engine import agent_scenario, compare_engine, real_agent_loop, speed_check
     from .calibration.validate_engine import record as keep
 
@@ -894,7 +994,8 @@ def _validate_engine(
     )
     import pandas as pd
 
-    server = Server(base_url, model)
+    server = _server(base_url, model, api_key_env)
+    server.check()  # an unreachable URL or a refused key before any timing
     runs, speed = _checked_runs(
         repeat,
         lambda k: real_agent_loop(server, scn, seed, extra, run=k, pin=pin),
@@ -902,7 +1003,7 @@ def _validate_engine(
     )
     real = pd.concat(runs)
     table = compare_engine(real, scn)
-    title = f"validate --engine: {trajectories} x {steps} turns on {base_url}"
+    title = f"validate --engine: {trajectories} x {steps} turns on {server.base_url}"
     if repeat > 1:
         title += f", real: median of {repeat} runs"
     note = _speed_note(speed, "lone 128-token requests, latency")
@@ -911,23 +1012,24 @@ def _validate_engine(
               notes=[note])  # fmt: skip
 
 
-def _validate_iterations(profile, base_url, model, levels, seed, record, extra, pin_slots=False) -> None:
+def _validate_iterations(
+    profile, base_url, model, levels, seed, record, extra, pin_slots=False, api_key_env=None
+) -> None:
     """``validate --engine --iterations``: single iterations on a real server vs the profile's."""
     import json
 
-    from .calibration.engine_probe import Server
     from .calibration.iteration_check import IterationPlan, iteration_check
     from .scenario import Engine, load_engine_profile
 
     if not base_url:
         raise InputError("validate --engine --iterations: give --base-url of the server.")
     engine = Engine.model_validate(load_engine_profile(profile).engine)
-    server = Server(base_url, model)
+    server = _server(base_url, model, api_key_env)
     plan = IterationPlan(decodes=tuple(levels), seed=seed, pin_slots=pin_slots)
     table = iteration_check(server, engine, plan, extra)
     if table.empty:
         raise InputError(
-            f"{base_url}: no iteration could be timed (every round's text was held back or a decode "
+            f"{server.base_url}: no iteration could be timed (every round's text was held back or a decode "
             "ended first); give --request-extra a logit_bias that keeps the output to whole characters."
         )
 
@@ -939,7 +1041,7 @@ def _validate_iterations(profile, base_url, model, levels, seed, record, extra, 
 
     note = ("in flight: requests in the batch; real: the median of the rounds (their range); "
             "no targets: this says where an agent-loop miss sits, iteration costs or batching.")  # fmt: skip
-    title = f"validate --engine --iterations: {base_url} against {profile.name}"
+    title = f"validate --engine --iterations: {server.base_url} against {profile.name}"
     _conclude(title, "profile", table, record, keep, notes=[note])
 
 
@@ -1018,7 +1120,9 @@ def main() -> None:
     except (InputError, SubstrateError) as exc:
         from rich.markup import escape
 
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        from .redact import scrub
+
+        err.print(f"[red]error:[/red] {escape(scrub(str(exc)))}", highlight=False, soft_wrap=True)
         sys.exit(2 if isinstance(exc, InputError) else 1)
 
 

@@ -16,6 +16,7 @@ A distribution is written in YAML as a mapping with a ``kind``; a bare number me
 from __future__ import annotations
 
 import math
+import warnings
 from functools import cached_property
 from typing import Annotated, Literal, Union
 
@@ -65,16 +66,31 @@ class _Base(BaseModel):
     def ppf(self, q):
         return self.frozen.ppf(q)
 
+    def _check(self) -> None:
+        """This kind's own checks of its parameters (shape, count, order); they run first, before
+        any mean or quantile is computed from them. Raise ValueError to refuse."""
+
     @model_validator(mode="after")
-    def _finite_mean(self):
-        with np.errstate(all="ignore"):
+    def _valid(self):
+        self._check()
+        # numpy's and scipy's floating-point trouble raises here rather than warning later: an
+        # overflow or a division by zero is an unbounded moment, an invalid value a refusal
+        trouble = np.errstate(over="raise", divide="raise", invalid="raise", under="ignore")
+        with trouble, warnings.catch_warnings():
+            warnings.simplefilter("error")
             try:
                 mean = self.mean()
-            except (OverflowError, FloatingPointError, ZeroDivisionError):
+            except (OverflowError, ZeroDivisionError):
+                mean = math.inf
+            except (FloatingPointError, Warning) as w:
+                if "invalid" in str(w):
+                    raise ValueError(
+                        f"this {self.kind} distribution's mean cannot be computed from these parameters ({w})"
+                    ) from None
                 mean = math.inf
             try:
                 tail = float(np.max(self.ppf(0.999)))
-            except (OverflowError, FloatingPointError, ZeroDivisionError):
+            except (OverflowError, FloatingPointError, ZeroDivisionError, Warning):
                 tail = math.inf
             except Exception:  # a quantile this kind cannot invert: the mean check stands alone
                 tail = 0.0
@@ -133,8 +149,9 @@ class Lognormal(_Shifted):
     @model_validator(mode="before")
     @classmethod
     def _one_form(cls, data):
-        if isinstance(data, dict):
-            data = {k: v for k, v in data.items() if v is not None}  # a null field is a missing one
+        if isinstance(data, dict):  # a null parameter is a missing one
+            params = ("mu", "sigma", "median", "p99")
+            data = {k: v for k, v in data.items() if v is not None or k not in params}
             if "median" in data and "sigma" in data and "mu" not in data and "p99" not in data:
                 return data  # median and sigma: the way a lognormal is often quoted
             by_log = "mu" in data or "sigma" in data
@@ -216,33 +233,35 @@ class Empirical(_Base):
     """
 
     kind: Literal["empirical"] = "empirical"
-    samples: list[Annotated[float, Field(ge=0)]] | None = None
+    samples: list[Annotated[float, Field(ge=0)]] | None = Field(None, min_length=1)
     quantiles: dict[float, PositiveFloat] | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _one_form(cls, data):
-        if isinstance(data, dict) and ("samples" in data) == ("quantiles" in data):
-            raise ValueError("give either samples or quantiles")
+        if isinstance(data, dict) and (data.get("samples") is None) == (data.get("quantiles") is None):
+            raise ValueError("give either samples (seconds) or quantiles ({level: seconds}), not both")
         return data
 
-    @model_validator(mode="after")
-    def _check(self):
+    def _check(self) -> None:
         if self.samples is not None and len(self.samples) < 1:
-            raise ValueError("samples must not be empty")
+            raise ValueError("'samples' is empty; give at least one sample (seconds)")
         if self.quantiles is not None:
             ps = sorted(self.quantiles)
+            outside = [p for p in ps if not 0 < p < 1]
+            if outside:
+                raise ValueError(
+                    f"quantile levels must lie strictly between 0 and 1 (a share, e.g. 0.5 for the median), "
+                    f"got {', '.join(f'{p:g}' for p in outside)}"
+                )
             if len(ps) < 2:
-                raise ValueError("give at least two quantiles")
-            if ps[0] <= 0 or ps[-1] >= 1:
-                raise ValueError("quantile levels must lie strictly between 0 and 1")
+                raise ValueError(f"give at least two quantiles, got {len(ps)}")
             vs = [self.quantiles[p] for p in ps]
             if any(b <= a for a, b in zip(vs, vs[1:])):
                 raise ValueError(
                     "quantiles out of order: values must increase with the level, got "
                     + ", ".join(f"p{p * 100:g}={v:g}" for p, v in zip(ps, vs))
                 )
-        return self
 
     @cached_property
     def _curve(self) -> tuple[np.ndarray, np.ndarray]:
@@ -307,21 +326,21 @@ class Discrete(_Base):
     """A count drawn from ``values`` with ``weights`` (e.g. tool calls per step)."""
 
     kind: Literal["discrete"] = "discrete"
-    values: list[Annotated[float, Field(ge=0)]]
-    weights: list[Annotated[float, Field(ge=0)]]
+    values: list[Annotated[float, Field(ge=0)]] = Field(min_length=1)
+    weights: list[Annotated[float, Field(ge=0)]] = Field(min_length=1)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _lengths(cls, data):
-        if isinstance(data, dict) and len(data.get("values", [])) != len(data.get("weights", [])):
-            raise ValueError("values and weights must have the same length")
-        return data
+    def _check(self) -> None:
+        if len(self.values) != len(self.weights):
+            raise ValueError(
+                "values and weights must have the same length, got "
+                f"{len(self.values)} and {len(self.weights)}"
+            )
+        if not sum(self.weights) > 0:
+            raise ValueError("weights must not all be zero")
 
     @cached_property
     def frozen(self):
         w = np.asarray(self.weights, dtype=float)
-        if w.sum() <= 0:
-            raise ValueError("weights must not all be zero")
         return stats.rv_discrete(values=(self.values, w / w.sum()))
 
     def sample(self, rng, size):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -16,6 +18,19 @@ class InputError(Exception):
 class SubstrateError(Exception):
     """A real substrate stopped answering (what was measured is kept); the CLI prints the message
     and exits with code 1."""
+
+
+@contextmanager
+def naming(paths: Sequence[str | Path]) -> Iterator[None]:
+    """Every InputError raised inside names one of ``paths`` (the files a command reads): one that
+    names none of them, nor an option (``--...``), is given them in front."""
+    try:
+        yield
+    except InputError as exc:
+        msg, names = str(exc), [str(p) for p in paths]
+        if not names or msg.startswith("-") or any(n in msg for n in names):
+            raise
+        raise InputError(f"{', '.join(names)}: {msg}") from None
 
 
 MAX_BYTES = 5_000_000  # a scenario, profile or spec is a few kB; refuse what cannot be one
@@ -102,12 +117,15 @@ _DIST_KINDS = {
 }
 
 
-def explain(exc: ValidationError, path: str | Path, node: yaml.Node | None = None) -> InputError:
-    """Turn a pydantic ValidationError into one readable InputError."""
+def explain(
+    exc: ValidationError, path: str | Path, node: yaml.Node | None = None, within: tuple = ()
+) -> InputError:
+    """Turn a pydantic ValidationError into one readable InputError; ``within``: the section of
+    the file that was validated (its fields' paths start there)."""
     parts = []
     seen = set()
     for err in exc.errors():
-        loc = _clean_loc(err["loc"])
+        loc = within + _clean_loc(err["loc"])
         if not loc:  # a check across sections names its field first: point at that line
             named = re.match(r"(?:Value error, )?([a-z_]+(?:\.[a-z_0-9]+)+)\b", err["msg"])
             if named:

@@ -248,3 +248,60 @@ def compare(row: Row, trajectories: int = 1000, steps: int = 20, concurrency: in
 
 def compare_all(rows: list[Row] | None = None, **kw) -> pd.DataFrame:
     return pd.DataFrame([compare(r, **kw).as_dict() for r in rows or matrix()])
+
+
+# the rows the matrix measured outside tolerance at trajectory fidelity (docs/fidelity.md,
+# 6,000 x 30 per row): their bounded metrics off the step engine, in %
+OUTSIDE = {
+    "sync/tier": {"duration_p99": -3.54},
+    "sync/both/warm_pool": {"duration_p99": -3.15},
+    "sync/both/clients": {"duration_p99": -3.15},
+    "sync/both/shared": {"duration_p99": -3.15},
+}
+
+
+def _row_of(scn: Scenario) -> tuple[str, str, set[str]]:
+    """The matrix's policy, load and extras that describe ``scn``."""
+    pol, sub = scn.policy, scn.substrates
+    policy = "sync" if pol.mode == "sync" else "poisson" if scn.arrivals.kind == "poisson" else "async"
+    host = any(s.contention.factor(ph)(8.0) > 1.0 for s in sub for ph in ("create", "exec", "teardown"))
+    inf = scn.cluster.inference
+    tier = inf is not None and scn.workload.tokens is None and inf.slowdown > 0
+    load = "both" if host and tier else "host" if host else "tier" if tier else "none"
+    con = [s.contention for s in sub]
+    flags = {
+        "warm_pool": pol.warm_pool > 0,
+        "clients": any(c.scope == "client" for c in con),
+        "shared": any(c.shared for c in con),
+        "weights": any(c.weights for c in con),
+        "timeouts": pol.timeout is not None,
+        "failures": any(s.failures != type(s.failures)() for s in sub),
+        "reuse": pol.reuse,
+        "images": scn.workload.images is not None,
+        "tokens": scn.workload.tokens is not None,
+    }
+    extras = {x for x, on in flags.items() if on}
+    return policy, load, extras
+
+
+def unbacked(scn: Scenario) -> str | None:
+    """A warning when ``scn`` forces the trajectory engine where the matrix measured it outside
+    tolerance (the row that matches, and its error), else None."""
+    if scn.fidelity != "trajectory":
+        return None
+    policy, load, extras = _row_of(scn)
+    rows = []
+    for name, misses in OUTSIDE.items():
+        p, ld, *x = name.split("/")
+        if p == policy and ld == load and (not x or x[0] in extras):
+            metric, diff = max(misses.items(), key=lambda kv: abs(kv[1]))
+            rows.append((abs(diff), name, metric, diff))
+    if not rows:
+        return None
+    _, name, metric, diff = max(rows)
+    tol = TOLERANCE["loaded"][metric]
+    return (
+        f"fidelity 'trajectory' is forced where the fidelity matrix measured it outside tolerance: row "
+        f"{name}, {metric} {diff:+.2f}% off the step engine (tolerance ±{tol:g}%, docs/fidelity.md); "
+        "'auto' runs the step engine here"
+    )

@@ -109,6 +109,7 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         f"{scn.name}: {_count(result)}, fidelity {result.fidelity}"
         + f" ({result.fidelity_reason})"
         + (f", mean of {scn.replications} replications" if scn.replications > 1 else "")
+        + (f"; WARNING: {result.fidelity_warning}" if result.fidelity_warning else "")
     )
     one_wait = result.summary.get("one_wait_fraction", pd.Series([0.0]))
     if one_wait.max() > 0:  # the steady state's one-wait trajectories (docs/model.md, "Two fidelities")
@@ -220,6 +221,7 @@ def write_results(result: RunResult, out: Path) -> list[Path]:
         "scenario": result.scenario.model_dump(mode="json", by_alias=True, exclude_none=True),
         "fidelity": result.fidelity,
         "fidelity_reason": result.fidelity_reason,
+        "fidelity_warning": result.fidelity_warning,
         "python": platform.python_version(),
         "summary": json.loads(result.summary.to_json(orient="records")),
     }

@@ -48,6 +48,13 @@ class RunResult:
     def fidelity_reason(self) -> str:
         return self.scenario.fidelity_choice()[1]
 
+    @property
+    def fidelity_warning(self) -> str | None:
+        """Set when the scenario forces a fidelity the fidelity matrix does not back."""
+        from .fidelity import unbacked
+
+        return unbacked(self.scenario)
+
 
 # Workloads and substrate draws, cached per process: a cell reuses what an earlier cell of the
 # same workload drew (common random numbers; forked workers inherit what the parent drew).

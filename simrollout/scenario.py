@@ -10,7 +10,7 @@ import copy
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal, Union, get_args
+from typing import Annotated, ClassVar, Literal, Union, get_args
 
 import numpy as np
 from pydantic import (
@@ -488,12 +488,14 @@ class Scenario(_Model):
                 float(tok.appended.mean()) + float(tok.output.mean())
             )
         if top + out > kv:
+            need = top + out
+            shown = f"{need:,.0f}" if need < 1e15 else f"{need:.3g}"
             raise ValueError(
-                f"the KV cache of one engine ({kv:,} tokens) is smaller than one request's context "
-                f"(about {top + out:,.0f} tokens at the 99th percentile"
+                f"workload.tokens: the KV cache of one engine ({kv:,} tokens) is smaller than one "
+                f"request's context (about {shown} tokens at the 99th percentile"
                 + ("" if tok.max_context else ", as the context grows over the turns")
-                + "); raise "
-                "engine.kv_capacity_tokens (more GPUs per engine) or set workload.tokens.max_context"
+                + "); raise cluster.inference.engine.kv_capacity_tokens (more GPUs per engine) or set "
+                "workload.tokens.max_context"
             )
         return self
 
@@ -513,11 +515,12 @@ class Scenario(_Model):
         if pol.reuse:
             if pol.warm_pool:
                 raise ValueError("policy.reuse cannot combine with policy.warm_pool; drop one of them")
-            missing = [s.name for s in self.substrates if s.reset is None]
+            subs = enumerate(self.substrates)
+            missing = [f"substrates.{i}.reset ('{s.name}')" for i, s in subs if s.reset is None]
             if missing:
                 raise ValueError(
                     f"policy.reuse needs each substrate's 'reset' (seconds to reset a sandbox for the "
-                    f"next sample of its task); missing on {missing}"
+                    f"next sample of its task); missing: {', '.join(missing)}"
                 )
         return self
 
@@ -606,6 +609,7 @@ class ProfileFile(_ProfileFile):
     """A substrate profile under calibration/profiles/ (written by ``simrollout calibrate``)."""
 
     substrate: dict
+    section: ClassVar[str] = "substrate"
 
     def check(self) -> None:
         Substrate.model_validate({"name": self.name, **self.substrate})
@@ -615,18 +619,23 @@ class EngineProfileFile(_ProfileFile):
     """An engine profile under calibration/engines/ (published figures or ``simrollout calibrate``)."""
 
     engine: dict
+    section: ClassVar[str] = "engine"
 
     def check(self) -> None:
         Engine.model_validate(self.engine)
 
 
-def _resolve(ref: str, scenario: Path, kind: str = "substrate") -> Path:
+def _resolve(ref: str, scenario: Path, kind: str = "substrate", where: str = "profile") -> Path:
     for cand in (scenario.parent / ref, Path(ref)):
-        if cand.is_file():
-            return cand
+        try:
+            if ref and cand.is_file():
+                return cand
+        except OSError:  # a name no file system holds (too long, a NUL byte)
+            break
+    shown = ref if len(ref) <= 80 else ref[:77] + "..."
     raise InputError(
-        f"{scenario}: {kind} profile '{ref}' not found (looked relative to the scenario file and "
-        "to the current directory)."
+        f"{scenario}: field '{where}': {kind} profile '{shown}' not found (looked relative to the "
+        "scenario file and to the current directory)."
     )
 
 
@@ -634,9 +643,14 @@ def _load(path: Path, kind: type[_ProfileFile]):
     data, node = load_yaml(path)
     try:
         prof = kind.model_validate(data)
-        prof.check()  # its fields now, so errors name the profile file
     except ValidationError as exc:
         raise explain(exc, path, node) from None
+    try:
+        prof.check()  # its fields now, so errors name the profile file
+    except ValidationError as exc:
+        raise explain(exc, path, node, within=(prof.section,)) from None
+    except (TypeError, ValueError, ArithmeticError) as exc:  # a value of the wrong shape in a validator
+        raise InputError(f"{path}: invalid {prof.section} ({exc}); check each field's type.") from None
     return prof
 
 
@@ -675,11 +689,11 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
     data = copy.deepcopy(data)
     for i, sub in enumerate(data.get("substrates") or []):
         if isinstance(sub, dict) and isinstance(sub.get("profile"), str):
-            prof = load_profile(_resolve(sub["profile"], path))
+            prof = load_profile(_resolve(sub["profile"], path, where=f"substrates.{i}.profile"))
             data["substrates"][i] = {"name": prof.name, **_merge(prof.substrate, sub)}
     inf = (data.get("cluster") or {}).get("inference") if isinstance(data.get("cluster"), dict) else None
     if isinstance(inf, dict) and isinstance(inf.get("profile"), str):
-        prof = load_engine_profile(_resolve(inf["profile"], path, "engine"))
+        prof = load_engine_profile(_resolve(inf["profile"], path, "engine", "cluster.inference.profile"))
         inf["engine"] = _merge(prof.engine, inf.get("engine") or {})
     try:
         scn = Scenario.model_validate(data)

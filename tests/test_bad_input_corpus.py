@@ -86,17 +86,27 @@ NEW = {
     "one-point quantiles": (
         m(**{"workload.llm_time": {"kind": "empirical", "quantiles": {0.5: 1}}}),
         RUN,
-        ["workload.llm_time"],
+        ["s.yaml", "workload.llm_time", "at least two quantiles"],
     ),
     "quantile above 1": (
         m(**{"workload.llm_time": {"kind": "empirical", "quantiles": {0.5: 1, 1.5: 2}}}),
         RUN,
-        ["workload.llm_time"],
+        ["s.yaml", "workload.llm_time", "strictly between 0 and 1", "got 1.5"],
     ),
     "empty samples": (
         m(**{"workload.llm_time": {"kind": "empirical", "samples": []}}),
         RUN,
-        ["workload.llm_time"],
+        ["s.yaml", "workload.llm_time.samples", "at least 1 item"],
+    ),
+    "cold start quantile above 1 (the issue's example)": (
+        m(**{"substrates.0.cold_start": {"kind": "empirical", "quantiles": {1.5: 0.2, 0.9: 0.4}}}),
+        RUN,
+        ["s.yaml", "substrates.0.cold_start", "strictly between 0 and 1"],
+    ),
+    "quantile at 0": (
+        m(**{"substrates.0.cold_start": {"kind": "empirical", "quantiles": {0: 0.2, 0.9: 0.4}}}),
+        RUN,
+        ["s.yaml", "substrates.0.cold_start", "strictly between 0 and 1", "got 0"],
     ),
     "discrete weights mismatch": (
         m(**{"workload.calls_per_step": {"kind": "discrete", "values": [1, 2], "weights": [1]}}),

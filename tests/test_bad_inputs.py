@@ -56,7 +56,9 @@ CASES = {
                                 ["p.jsonl", "line 1", "JSON object"]),
     "calibrate a word latency": ({"p.jsonl": json.dumps({**RECORD, "latency": "fast"}) + "\n"},
                                  ["calibrate", "{p.jsonl}", "-o", "{out.yaml}"], ["line 1", "latency", "number"]),
-    "calibrate an empty file": ({"p.jsonl": ""}, ["calibrate", "{p.jsonl}", "-o", "{out.yaml}"], ["no probe records"]),
+    "calibrate an empty file": ({"p.jsonl": ""}, ["calibrate", "{p.jsonl}", "-o", "{out.yaml}"], ["p.jsonl", "no probe records"]),
+    "calibrate a blank-lines file": ({"p.jsonl": "\n \n"}, ["calibrate", "{p.jsonl}", "-o", "{out.yaml}"],
+                                     ["p.jsonl", "no probe records"]),
     "calibrate too few": ({"p.jsonl": json.dumps(RECORD) + "\n"}, ["calibrate", "{p.jsonl}", "-o", "{out.yaml}"],
                           ["p.jsonl", "at least 10"]),
     "probe -o a directory": ({"d/x": "x"}, ["probe", "process", "-o", "{d}"], ["is a directory"]),
@@ -113,6 +115,7 @@ def check_case(tmp_path, files: dict, argv: list, words: list) -> None:
     r = cli(*args)
     assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-1500:])
     assert "Traceback" not in r.stderr
+    assert "Warning:" not in r.stderr, "a warning (e.g. numpy's RuntimeWarning) before the error"
     msg = " ".join(r.stderr.split())
     assert len(r.stderr.strip().splitlines()) <= 12, "one paragraph, not a report"
     for w in words:

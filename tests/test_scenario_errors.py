@@ -40,7 +40,7 @@ CASES = {
         make(**{"policy.reuse": True, "policy.warm_pool": 2, "substrates.0.reset": 0.1}),
         ["policy.reuse", "warm_pool"],
     ),
-    "reuse without reset": (make(**{"policy.reuse": True}), ["policy.reuse", "reset", "['s']"]),
+    "reuse without reset": (make(**{"policy.reuse": True}), ["policy.reuse", "substrates.0.reset ('s')"]),
     "image size negative": (
         make(**{"workload.images": {"count": 4, "size_gb": -1.0}}),
         ["workload.images.size_gb", "greater than or equal to 0"],

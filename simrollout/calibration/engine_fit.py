@@ -83,7 +83,8 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     kv = kv_capacity or (slots * slot_ctx if slots and slot_ctx else None)
     if kv is None:
         raise InputError(
-            "the server did not say its KV-cache size: give --kv-capacity TOKENS (vLLM logs it at "
+            f"{', '.join(sorted({str(r.get('_file')) for r in ok}))}: the server these records timed did "
+            "not say its KV-cache size: give --kv-capacity TOKENS (vLLM logs it at "
             "start as 'GPU KV cache size: N tokens')."
         )
 

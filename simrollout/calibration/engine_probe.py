@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ..errors import InputError
+from ..redact import strip_url
 from .probe import RecordWriter
 
 
@@ -106,14 +107,30 @@ class Lanes:
 class Server:
     """An OpenAI-compatible endpoint: ``/v1/completions`` streamed, and what it says about itself."""
 
-    def __init__(self, base_url: str, model: str, timeout: float = 300.0):
+    def __init__(self, base_url: str, model: str, timeout: float = 300.0, api_key: str | None = None,
+                 key_variable: str = "OPENAI_API_KEY"):  # fmt: skip
+        """``api_key`` goes as a bearer token; a user and password in the URL as basic
+        authentication (without a key). Neither is kept in ``base_url``, which is what records
+        and messages show."""
         import httpx
 
-        self.base_url = base_url.rstrip("/")
-        if not self.base_url.endswith("/v1"):
-            self.base_url += "/v1"
+        url, userinfo = strip_url(base_url.rstrip("/"))
+        self.base_url = url if url.endswith("/v1") else url + "/v1"
         self.model = model
-        self.client = httpx.Client(timeout=timeout)
+        self.key_variable = key_variable if api_key else None
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        auth = httpx.BasicAuth(*userinfo) if userinfo and not api_key else None
+        self.client = httpx.Client(timeout=timeout, headers=headers, auth=auth)
+
+    def _refused(self, status: int, what: str) -> InputError:
+        """The server refused us (HTTP 401 or 403): say where the key came from, never the key."""
+        how = (
+            f"the API key in {self.key_variable} was refused; check it"
+            if self.key_variable
+            else "it needs an API key: export it in OPENAI_API_KEY or name its variable with "
+            "--api-key-env NAME"
+        )
+        return InputError(f"--base-url {self.base_url}: {what} answered HTTP {status}; {how}.")
 
     def info(self) -> dict:
         """Server properties where the server exposes them (llama.cpp: ``/props``)."""
@@ -143,6 +160,8 @@ class Server:
                 f"({type(exc).__name__}: {exc}); start the server (e.g. llama-server, vllm serve) "
                 "or fix the URL. Nothing was written."
             ) from None
+        if r.status_code in (401, 403):
+            raise self._refused(r.status_code, "GET /models")
         if r.status_code >= 400:
             raise InputError(
                 f"--base-url {self.base_url}: GET /models answered HTTP {r.status_code}; expected an "
@@ -159,6 +178,8 @@ class Server:
         first = None
         chunks, usage, timings, pieces = 0, None, None, []
         with self.client.stream("POST", f"{self.base_url}/completions", json=body) as r:
+            if r.status_code in (401, 403):
+                raise self._refused(r.status_code, "POST /completions")
             if r.status_code >= 400:
                 r.read()
                 raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
@@ -240,6 +261,9 @@ def probe_engine(
         slot = lanes.slot() if slot is None else slot
         try:
             res, err = server.complete(prompt, output or plan.output, lanes.extra(plan.extra, slot)), None
+        except InputError:  # refused (no key, or a wrong one): nothing more can be timed
+            stop.set()
+            raise
         except Exception as exc:  # recorded, never lost
             res, err = {}, exc
         if res and res["chunks"] < res["output_tokens"]:

@@ -149,11 +149,16 @@ def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
     }
 
 
+def record_files(records: list[dict]) -> str:
+    """The files ``records`` were read from (``read_records`` notes each one's), for messages."""
+    return ", ".join(sorted({str(r.get("_file", "<records>")) for r in records})) or "<no records>"
+
+
 def _check(records: list[dict]) -> dict[str, dict]:
     """Group by phase; refuse NaN/negative latencies, too few samples and failure-only phases."""
     if not records:
-        raise InputError("no probe records in the given file(s); probe first ('simrollout probe').")
-    files = ", ".join(sorted({str(r["_file"]) for r in records}))
+        raise InputError("no probe records; probe first ('simrollout probe').")
+    files = record_files(records)
     by_phase: dict[str, list[dict]] = {}
     for r in records:
         by_phase.setdefault(r["phase"], []).append(r)
@@ -318,7 +323,8 @@ def _answered(records: list[dict]) -> tuple[list[dict], list[str]]:
     for note in notes:
         warnings.warn(note + ". Probe that level again on a healthy engine.", stacklevel=3)
     if notes and not kept:
-        raise InputError(f"every level's operations timed out on the client: {'; '.join(notes)}. "
+        raise InputError(f"{record_files(records)}: every level's operations timed out on the client: "
+                         f"{'; '.join(notes)}. "
                          "Nothing to fit: restart the engine and probe again.")  # fmt: skip
     return kept, notes
 
@@ -389,7 +395,7 @@ def calibrate(
     and teardowns share their host (``contention.shared``), their curves read on the load averaged
     over each operation's life; else every curve reads the load at the operation's start."""
     if points not in ("per-operation", "per-level"):
-        raise InputError(f"contention points: expected per-operation or per-level, got '{points}'.")
+        raise InputError(f"--contention-points: expected per-operation or per-level, got '{points}'.")
     records, unanswered = _answered(records)
     by_phase = _check(records)
     pulls = by_phase.pop("pull", [])
@@ -417,7 +423,8 @@ def calibrate(
         if len(base) < MIN_SAMPLES:
             if phase in PHASE_FIELD:
                 raise InputError(
-                    f"phase '{phase}': {len(base)} successful samples at concurrency {levels[0]}, "
+                    f"{record_files(rs)}: phase '{phase}': {len(base)} successful samples at "
+                    f"concurrency {levels[0]}, "
                     f"at least {MIN_SAMPLES} are needed for a fit."
                 )
             warnings.warn(f"phase '{phase}': only {len(base)} samples; not fitted", stacklevel=2)
@@ -562,10 +569,12 @@ def from_quantiles(spec: dict, path: Path) -> dict:
 
 
 def write_profile(profile: dict, path: Path) -> None:
+    """The profile as YAML, credentials scrubbed (simrollout.redact)."""
     from ..outputs import atomic_file
+    from ..redact import scrub
 
     with atomic_file(path) as tmp:  # an existing profile is replaced only when complete
-        tmp.write_text(yaml.safe_dump(profile, sort_keys=False, width=100))
+        tmp.write_text(yaml.safe_dump(scrub(profile), sort_keys=False, width=100))
 
 
 def plot_fits(plots: dict, path: Path) -> Path:

@@ -74,7 +74,9 @@ class RecordWriter:
         self.count = 0
 
     def write(self, rec: ProbeRecord) -> None:
-        line = json.dumps(asdict(rec))
+        from ..redact import scrub
+
+        line = json.dumps(scrub(asdict(rec)))
         with self._lock:
             self._f.write(line + "\n")
             self._f.flush()
