@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from .calibration.probe import PROBE_LEVELS
+from .calibration.probe import PROBE_LEVELS, REFERENCE
 from .errors import InputError, SubstrateError
 from .outputs import atomic_file, atomic_folder
 
@@ -39,6 +39,12 @@ def run(
         None, help="Also write a Chrome trace (open in ui.perfetto.dev) of the first cell here."
     ),
     explain: bool = typer.Option(False, "--explain", help="Also print what every column of the table means."),
+    uncertainty: bool = typer.Option(
+        False,
+        "--uncertainty",
+        help="Also re-simulate over the profiles' bootstrap refits (common random numbers): "
+        "<metric>_lo/_hi (5th/95th percentile) beside the headline metrics.",
+    ),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
     from .api import override
@@ -67,6 +73,11 @@ def run(
             executor=executor,
             address=address,
         )
+        if uncertainty:
+            from .uncertainty import with_bands
+
+            bar.update(task, description="bands")
+            result = with_bands(scn, result, jobs, executor, None, address)
         paths = write_results(result, tmp)
     print_table(result)
     if explain:
@@ -368,6 +379,11 @@ def probe(
     pin_slots: bool = typer.Option(
         False, "--pin-slots", help="openai, llama.cpp's server: each client keeps to its own slot (id_slot)."
     ),
+    reference: int = typer.Option(
+        REFERENCE,
+        help="Sandboxes (openai: requests) per reference block, repeated at the start, middle and end "
+        "at the first and the top level to read the machine's drift (0: no reference blocks).",
+    ),
 ) -> None:
     """Time create, exec, file transfer and teardown of real sandboxes (or, with ``openai``, the
     first token and the output tokens of an OpenAI-compatible server); append JSONL records."""
@@ -379,8 +395,9 @@ def probe(
         )
     if backend == "openai":
         return _probe_openai(
-            out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots
-        )
+            out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots,
+            reference,
+        )  # fmt: skip
 
     from .calibration.backends import get_backend
     from .calibration.probe import MODES, THINK_DRAWS, ProbePlan
@@ -417,9 +434,11 @@ def probe(
     image = be.default_image if image is None else image
     if image_mb < 0:
         raise InputError(f"--image-mb: expected MB >= 0 (0 skips the task image loads), got {image_mb}.")
+    if reference < 0:
+        raise InputError(f"--reference: expected sandboxes per reference block >= 0, got {reference}.")
     plan = ProbePlan(
         sandboxes, commands, levels, mode, gap, image, command, reset=reset or None, image_mb=image_mb,
-        think=think, think_draw=think_draw,
+        think=think, think_draw=think_draw, reference=reference,
     )  # fmt: skip
     counts: dict[str, int] = {}
 
@@ -461,8 +480,9 @@ def _json_option(text: str, option: str) -> dict:
 
 
 def _probe_openai(
-    out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots=False
-) -> None:
+    out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots=False,
+    reference=REFERENCE,
+) -> None:  # fmt: skip
     """``probe openai``: time an OpenAI-compatible server (simrollout.calibration.engine_probe)."""
     import datetime as dt
 
@@ -481,8 +501,10 @@ def _probe_openai(
     if out.is_dir():
         raise InputError(f"-o {out}: is a directory; expected a JSONL file to append probe records to.")
     extra = _json_option(request_extra, "--request-extra")
+    if reference < 0:
+        raise InputError(f"--reference: expected requests per reference block >= 0, got {reference}.")
     plan = EnginePlan(levels=levels, prompts=lengths, output=output_tokens, requests=requests, extra=extra,
-                      pin_slots=pin_slots)  # fmt: skip
+                      pin_slots=pin_slots, reference=reference)  # fmt: skip
     counts = {"ok": 0, "failed": 0}
 
     def seen(rec) -> None:
@@ -565,6 +587,12 @@ def calibrate(
         "over each operation's life, contention.shared), or every operation takes the multiplier "
         "at its start (profiles before 2026-12-02).",
     ),
+    bootstrap: int | None = typer.Option(
+        None,
+        help="Refits from resamples of whole sandboxes per level (plus the reference blocks' "
+        "drift), stored for run/sweep/plan --uncertainty; default 50, 0 for none.",
+    ),
+    seed: int = typer.Option(0, help="Seed of the bootstrap's resamples."),
 ) -> None:
     """Fit latency distributions to probe records and write a substrate profile (or, from
     ``probe openai`` records, an engine profile)."""
@@ -602,8 +630,9 @@ def calibrate(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         profile, plots = fit(
-            records, name, criterion, image_cache_gb, contention_points, contention_weights, contention_shared
-        )
+            records, name, criterion, image_cache_gb, contention_points, contention_weights,
+            contention_shared, bootstrap=bootstrap, seed=seed,
+        )  # fmt: skip
     for w in caught:
         err.print(f"warning: {w.message}")
     write_profile(profile, out)
@@ -632,7 +661,28 @@ def calibrate(
         typer.echo(
             "creates and teardowns share the host: their curves read the load over each operation's life."
         )
+    _say_uncertainty(profile.get("uncertainty"))
     typer.echo(f"wrote {out} and {png}")
+
+
+def _say_uncertainty(unc: dict | None) -> None:
+    """``calibrate``'s lines on the drift (warnings past the validation targets) and the refits."""
+    from .calibration.drift import describe
+
+    if unc is None:
+        typer.echo("drift: not measured (no reference blocks); no refits (--bootstrap 0)")
+        return
+    drift = unc.get("drift")
+    for line in describe(drift if isinstance(drift, dict) else None):
+        if "above the" in line:  # past a validation target
+            err.print(f"warning: {line}")
+        else:
+            typer.echo(line)
+    if unc.get("refits"):
+        spread = ", ".join(f"{ph} {s['p50_lo']:+.1%}/{s['p50_hi']:+.1%}" for ph, s in unc["spread"].items())
+        drifted = "with the reference blocks' drift" if unc.get("drift_applied") else "without drift"
+        typer.echo(f"bootstrap: {unc['refits']} refits, {drifted}; the refits' medians (5th/95th percentile "
+                   f"against the fit): {spread}")  # fmt: skip
 
 
 @app.command()
@@ -994,6 +1044,7 @@ def _calibrate_engine(records, name, out, kv_capacity, max_running) -> None:
         if "tpot_rel_error" in row:
             ttft = f"  TTFT {row['ttft_rel_error']:+.1%}" if "ttft_rel_error" in row else ""
             typer.echo(f"  {key:15s} n={row['n']:<3d} TPOT {row['tpot_rel_error']:+.1%}{ttft}")
+    _say_uncertainty(profile["uncertainty"])
     typer.echo(f"wrote {out}")
 
 

@@ -371,47 +371,48 @@ def pull_rate(pulls: list[dict]) -> float | None:
     return round(float(np.median(rates)), 2) if rates else None
 
 
-def calibrate(
-    records: list[dict],
-    name: str,
-    criterion: str = "aic",
-    image_cache_gb: float = 100.0,
-    points: str = "per-operation",
-    weights: bool = True,
-    shared: bool = True,
-) -> tuple[dict, dict]:
-    """Records -> (profile mapping, per-phase fits with their samples, for plots). Pull records
-    give ``image_cache.pull_mb_s`` (its ``cache_gb`` is ``image_cache_gb``, not measured); reset
-    records give ``reset``. ``points``: contention points per operation (:func:`curve_by_load`)
-    or ``per-level`` (a level's mean count against its median: how profiles before it were made).
-    ``weights``: with per-operation points, weigh other phases' operations in each phase's load
-    (:func:`operation_weights`), else every operation in flight counts one. ``shared``: creates
-    and teardowns share their host (``contention.shared``), their curves read on the load averaged
-    over each operation's life; else every curve reads the load at the operation's start."""
-    if points not in ("per-operation", "per-level"):
-        raise InputError(f"contention points: expected per-operation or per-level, got '{points}'.")
-    records, unanswered = _answered(records)
-    by_phase = _check(records)
-    pulls = by_phase.pop("pull", [])
-    paced = any(r.get("think") for r in records)  # ``probe --think``: commands spaced like turns
-    shared = shared and points == "per-operation"
-    load = dict(zip((id(r) for r in records), in_flight(records)))
-    life = dict(zip((id(r) for r in records), in_flight(records, over_life=True))) if shared else load
-    weights = weights and points == "per-operation"
-    by_count = {ph: in_flight(records, ph) for ph in PHASES} if weights else {}
+def annotate(records: list[dict], shared: bool, weights: bool) -> list[dict]:
+    """Copies of ``records`` with what the fit reads of each record's neighbours, computed once on
+    the probe as measured (a resample of whole sandboxes keeps each record's own load):
+    ``_load`` (operations in flight at its start), ``_life`` (averaged over its life, with
+    ``shared``), ``_count`` (per phase in flight at its start, with ``weights``) and ``_drain``
+    (it ended after its level's last create started, with ``shared``)."""
+    load = in_flight(records)
+    life = in_flight(records, over_life=True) if shared else load
+    counts = {ph: in_flight(records, ph) for ph in PHASES} if weights else {}
     refilled: dict[tuple, float] = {}  # per run and level: the last create's start (then it drains)
     for r in records if shared else ():
         if r["phase"] == "create":
             key = (r["run_id"], r["concurrency"])
             refilled[key] = max(refilled.get(key, -np.inf), r["start"])
-    row = {id(r): k for k, r in enumerate(records)} if weights else {}
+    out = []
+    for k, r in enumerate(records):
+        a = dict(r, _load=float(load[k]), _life=float(life[k]))
+        if weights:
+            a["_count"] = {ph: float(counts[ph][k]) for ph in PHASES}
+        if shared:
+            a["_drain"] = r["start"] + r["latency"] > refilled.get((r["run_id"], r["concurrency"]), np.inf)
+        out.append(a)
+    return out
+
+
+def fit_substrate(
+    by_phase: dict[str, list[dict]],
+    criterion: str = "aic",
+    points: str = "per-operation",
+    weights: bool = True,
+    shared: bool = True,
+    paced: bool = False,
+) -> tuple[dict, dict, dict]:
+    """Annotated records (:func:`annotate`) by phase -> (substrate mapping, per-phase fits, plots).
+    Pull records are not read here; ``weights`` and ``shared`` as resolved by :func:`calibrate`."""
     fitted_weights: dict[str, dict[str, float]] = {}
     substrate: dict = {"failures": {}, "contention": {}}
     fits_out, plots = {}, {}
     for phase, rs in by_phase.items():
         # a shared phase's curve is read on the load it felt over its life, as the model applies it
         sharing = shared and phase in SHARED
-        felt = life if sharing else load
+        felt = "_life" if sharing else "_load"
         levels = sorted({r["concurrency"] for r in rs})
         base = np.array([r["latency"] for r in rs if r["ok"] and r["concurrency"] == levels[0]])
         if len(base) < MIN_SAMPLES:
@@ -430,7 +431,7 @@ def calibrate(
             per_level[int(c)] = {
                 "n": len(at),
                 "failures": len(at) - len(lat),
-                "in_flight": round(float(np.mean([felt[id(r)] for r in at])), 3),
+                "in_flight": round(float(np.mean([r[felt] for r in at])), 3),
                 "median": float(np.median(lat)) if len(lat) else None,
                 "p99": float(np.quantile(lat, 0.99)) if len(lat) else None,
             }
@@ -440,18 +441,13 @@ def calibrate(
         elif len(levels) > 1:
             ok = [r for r in rs if r["ok"]]
             if sharing:  # left out: a level's drain, where an operation still in flight is a long one
-                ok = [
-                    r
-                    for r in ok
-                    if r["start"] + r["latency"] <= refilled.get((r["run_id"], r["concurrency"]), np.inf)
-                ]
-            n = np.array([felt[id(r)] for r in ok])
+                ok = [r for r in ok if not r["_drain"]]
+            n = np.array([r[felt] for r in ok])
             w = None
             # weights only at the start: on the load over an operation's life they fit a known
             # unweighted model's noise (tests/calibration/test_fit.py)
             if weights and phase in PHASES and not sharing:
-                at = [row[id(r)] for r in ok]
-                counts = {q: by_count[q][at] for q in PHASES}
+                counts = {q: np.array([r["_count"][q] for r in ok]) for q in PHASES}
                 w = operation_weights(phase, np.array([r["latency"] for r in ok]), counts)
             if w:  # each operation in flight at its weight
                 fitted_weights[phase] = w
@@ -482,6 +478,61 @@ def calibrate(
         substrate["contention"]["weights"] = {ph: dict(w) for ph, w in fitted_weights.items()}
     if shared and any(isinstance(substrate["contention"].get(ph), dict) for ph in SHARED):
         substrate["contention"]["shared"] = True
+    return substrate, fits_out, plots
+
+
+def by_phase_of(records: list[dict]) -> dict[str, list[dict]]:
+    """Records grouped by phase, in the order the phases first appear."""
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        out.setdefault(r["phase"], []).append(r)
+    return out
+
+
+def calibrate(
+    records: list[dict],
+    name: str,
+    criterion: str = "aic",
+    image_cache_gb: float = 100.0,
+    points: str = "per-operation",
+    weights: bool = True,
+    shared: bool = True,
+    bootstrap: int | None = 0,
+    seed: int = 0,
+) -> tuple[dict, dict]:
+    """Records -> (profile mapping, per-phase fits with their samples, for plots). Pull records
+    give ``image_cache.pull_mb_s`` (its ``cache_gb`` is ``image_cache_gb``, not measured); reset
+    records give ``reset``. ``points``: contention points per operation (:func:`curve_by_load`)
+    or ``per-level`` (a level's mean count against its median: how profiles before it were made).
+    ``weights``: with per-operation points, weigh other phases' operations in each phase's load
+    (:func:`operation_weights`), else every operation in flight counts one. ``shared``: creates
+    and teardowns share their host (``contention.shared``), their curves read on the load averaged
+    over each operation's life; else every curve reads the load at the operation's start.
+
+    Reference-block records (``reference: true``, the probe's repeated short blocks) are left out
+    of the fit; they give the drift (:mod:`simrollout.calibration.drift`). ``bootstrap``: refits
+    from resamples of whole sandboxes per level, stored under ``uncertainty``
+    (:mod:`simrollout.calibration.bootstrap`; 0, the default here: none; None, the default of
+    ``simrollout calibrate``: :data:`DEFAULT_BOOTSTRAP`, a probe too thin to resample then warned
+    about instead of refused); ``seed`` draws the resamples. The point fit is the same whatever
+    ``bootstrap`` is."""
+    from .bootstrap import DEFAULT_BOOTSTRAP, uncertainty
+    from .drift import reference_drift, split_reference
+
+    if points not in ("per-operation", "per-level"):
+        raise InputError(f"contention points: expected per-operation or per-level, got '{points}'.")
+    if bootstrap is not None and bootstrap < 0:
+        raise InputError(f"--bootstrap: expected a count of refits >= 0, got {bootstrap}.")
+    records, unanswered = _answered(records)
+    reference, records = split_reference(records)
+    _check(records)
+    paced = any(r.get("think") for r in records)  # ``probe --think``: commands spaced like turns
+    shared = shared and points == "per-operation"
+    weights = weights and points == "per-operation"
+    annotated = annotate(records, shared, weights)
+    by_phase = by_phase_of(annotated)
+    pulls = by_phase.pop("pull", [])
+    substrate, fits_out, plots = fit_substrate(by_phase, criterion, points, weights, shared, paced)
     if records[0]["backend"] not in LOCAL and substrate["contention"]:
         # one probing client measured what its own operations in flight do; across many rollout
         # clients of a hosted service that curve applies per client, not to the whole service
@@ -490,6 +541,7 @@ def calibrate(
     if rate:
         substrate["image_cache"] = {"pull_mb_s": rate, "cache_gb": image_cache_gb}
     first = records[0]
+    fitted_weights = substrate["contention"].get("weights")
     profile = {
         "version": 1,
         "name": name,
@@ -512,6 +564,7 @@ def calibrate(
             "probe_files": sorted({Path(r["_file"]).name for r in records}),
             "runs": sorted({r["run_id"] for r in records}),
             "samples": {p: len(rs) for p, rs in by_phase.items()} | ({"pull": len(pulls)} if pulls else {}),
+            **({"reference_samples": len(reference)} if reference else {}),
             **({"left_out": unanswered} if unanswered else {}),
             **({"think_s": _thinks(records)} if paced else {}),
             **(
@@ -524,6 +577,15 @@ def calibrate(
         "fits": fits_out,
     }
     Substrate.model_validate({"name": name, **substrate})
+    drift = reference_drift(reference)
+    refits = DEFAULT_BOOTSTRAP if bootstrap is None else bootstrap
+    if refits:
+        fit_args = dict(criterion=criterion, points=points, weights=weights, shared=shared, paced=paced)
+        profile["uncertainty"] = uncertainty(
+            annotated, substrate, drift, refits, seed, fit_args, strict=bootstrap is not None, name=name
+        )
+    elif drift is not None or reference:
+        profile["uncertainty"] = {"method": "none (no refits)", "refits": 0, "seed": seed, "drift": drift}
     return profile, plots
 
 
