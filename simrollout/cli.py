@@ -124,6 +124,12 @@ def sweep(
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+    uncertainty: bool = typer.Option(
+        False,
+        "--uncertainty",
+        help="Also re-simulate over the profiles' bootstrap refits (common random numbers): "
+        "<metric>_lo/_hi (5th/95th percentile) beside the headline metrics.",
+    ),
 ) -> None:
     """Run a grid over any scenario fields; one row per cell, plots against concurrency."""
     from .report import plot_sweep
@@ -145,6 +151,10 @@ def sweep(
             address=address,
             progress=_ticker(bar, task),
         )
+        if uncertainty:
+            from .uncertainty import sweep_with_bands
+
+            df = sweep_with_bands(scn, sets, df, executor, jobs, address)
     with atomic_folder(out) as tmp:
         df.to_csv(tmp / "sweep.csv", index=False)
         df.to_parquet(tmp / "sweep.parquet", index=False)
@@ -162,7 +172,16 @@ def sweep(
         "cost_usd",
     ]
     cols = list(dict.fromkeys(c for c in cols if c in df.columns))
-    typer.echo(df[cols].to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    shown = df[cols].copy()
+    if uncertainty:  # the band beside each metric that has one: "point [lo-hi]"
+        for c in cols:
+            if f"{c}_lo" in df:
+                shown[c] = [f"{v:,.2f}" + (f" [{lo:,.2f}-{hi:,.2f}]" if lo == lo and hi == hi else "")
+                            for v, lo, hi in zip(df[c], df[f"{c}_lo"], df[f"{c}_hi"])]  # fmt: skip
+    typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    if uncertainty:
+        bands = "; ".join(f"{k}: {v}" for k, v in dict(zip(df.substrate, df.band)).items())
+        typer.echo(f"bands [5th-95th percentile over the profiles' refits]: {bands}")
     typer.echo(f"wrote sweep.csv, sweep.parquet and {len(paths)} plots to {out}/")
 
 
@@ -196,6 +215,12 @@ def plan(
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the evaluated table (CSV) here."),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+    uncertainty: bool = typer.Option(
+        False,
+        "--uncertainty",
+        help="Also re-simulate the top candidates over the profiles' bootstrap refits and say how "
+        "often the recommendation stays the winner.",
+    ),
 ) -> None:
     """Find the cheapest substrate, concurrency, warm pool and host count that meets a target,
     counting only finished work, and check the winner at a larger size."""
@@ -228,6 +253,11 @@ def plan(
         raise InputError(f"plan {scenario}: --check must be >= 0, got {check}.")
     if steps_per_day is not None and not (0 < steps_per_day < float("inf")):
         raise InputError(f"plan {scenario}: --steps-per-day must be a positive number, got {steps_per_day}.")
+    if uncertainty and (scn.training is not None or steps_per_day is not None):
+        raise InputError(
+            f"plan {scenario}: --uncertainty is not available for a scenario with a training section "
+            "yet; run its recommendation with 'simrollout run --uncertainty' for its bands."
+        )
     if scn.training is not None or steps_per_day is not None:
         _plan_training(scn, deadline, budget, throughput, steps_per_day, ints("concurrency", concurrency, 1),
                        ints("warm-pool", warm_pool), ints("hosts", hosts, 1), check != 0, max_failed,
@@ -270,12 +300,19 @@ def plan(
         typer.echo(f"\ncheck of the top candidates ({int(result.check.checked.iloc[0]):,} trajectories x "
                    f"{int(result.check.replications.iloc[0])} replications, 95% CIs):")  # fmt: skip
         typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
-    _conclude_plan(result, out)
+    stability = None
+    if uncertainty:
+        from .uncertainty import describe_stability, plan_stability
+
+        stability = describe_stability(plan_stability(scn, result, executor, jobs))
+    _conclude_plan(result, out, stability)
 
 
-def _conclude_plan(result, out: Path | None) -> None:
+def _conclude_plan(result, out: Path | None, extra: str | None = None) -> None:
     """A plan's last words: its description, the table to ``out``, exit 1 when nothing fits."""
     typer.echo(result.describe())
+    if extra:
+        typer.echo(extra)
     if out is not None:
         with atomic_file(out) as tmp:
             result.table.to_csv(tmp, index=False)

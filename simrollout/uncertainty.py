@@ -24,7 +24,6 @@ import copy
 import numpy as np
 import pandas as pd
 
-from .errors import InputError
 from .runner import RunResult
 from .scenario import Scenario, Substrate, _merge, _resolve, load_profile
 from .sweeps import base_dict, set_path
@@ -92,18 +91,26 @@ def _source_path(scn: Scenario):
     return Path(scn._source)
 
 
-def _size(scn: Scenario) -> int | None:
-    """Trajectories of the re-simulation, or None for the full run."""
-    if scn.training is not None or scn.trajectories <= SUBSAMPLE:
+def _size(scn: Scenario, refits: int) -> int | None:
+    """Trajectories of the re-simulation, or None for the full run: above :data:`SUBSAMPLE`
+    (without a training loop), a sub-sample of ten per rollout worker or more, and small enough
+    that the refits together simulate at most 1.5 x the full run."""
+    n_full = scn.trajectories
+    if scn.training is not None or n_full <= SUBSAMPLE:
         return None
-    return min(scn.trajectories, max(SUBSAMPLE, 10 * max(scn.cluster.levels)))
+    n = min(n_full, max(SUBSAMPLE, 10 * max(scn.cluster.levels)), int(1.5 * n_full / max(refits, 1)))
+    return max(n, min(n_full, SUBSAMPLE // 4))
 
 
-def resimulations(scn: Scenario) -> list[tuple[int, int | None, Scenario]]:
-    """The scenarios to run: ``(substrate index, refit index or None for the point, scenario)``,
-    each with that one substrate, fidelity fixed to the full run's and one replication; the
-    point appears only where the full run's rows cannot serve as the reference."""
-    size = _size(scn)
+def variants(scn: Scenario) -> list[tuple[int, int | None, dict]]:
+    """The re-simulations: ``(substrate index, refit index or None for the point, scenario
+    mapping)``, each mapping the whole scenario with that substrate's refit in its place (the
+    others as they are), fidelity fixed to the full run's and one replication; sub-sampled per
+    :func:`_size`. The point appears only where the full run's rows cannot serve as the reference
+    (a sub-sample, or several replications)."""
+    sources = refits_of(scn)
+    most = max((len(subs) for _, subs in sources if subs), default=0)
+    size = _size(scn, most)
     base = base_dict(scn)
     base["fidelity"] = scn.resolved_fidelity()
     if size is not None:
@@ -111,28 +118,41 @@ def resimulations(scn: Scenario) -> list[tuple[int, int | None, Scenario]]:
     need_point = size is not None or scn.replications > 1
     base = set_path(base, "replications", 1)
     out = []
-    for i, (_, subs) in enumerate(refits_of(scn)):
+    for i, (_, subs) in enumerate(sources):
         if subs is None:
             continue
         for k, sub in [(None, base["substrates"][i])] * need_point + list(enumerate(subs)):
             d = copy.deepcopy(base)
-            d["substrates"] = [sub]
-            s = Scenario.model_validate(d)
-            s._source = scn._source
-            out.append((i, k, s))
+            d["substrates"][i] = sub
+            out.append((i, k, d))
     return out
 
 
-def attach(scn: Scenario, summary: pd.DataFrame, runs: list[tuple[int, int | None, pd.DataFrame]]):
+def only(data: dict, i: int) -> Scenario:
+    """The scenario of ``data`` with substrate ``i`` alone (its random streams are keyed by its
+    name, so its cells draw the same numbers as in the whole scenario)."""
+    d = copy.deepcopy(data)
+    d["substrates"] = [d["substrates"][i]]
+    return Scenario.model_validate(d)
+
+
+def attach(scn: Scenario, summary: pd.DataFrame, runs: list[tuple[int, int | None, pd.DataFrame]],
+           keys: tuple[str, ...] = ("concurrency",)):  # fmt: skip
     """``summary`` with ``<metric>_lo``, ``<metric>_hi`` and ``band`` from the re-simulations'
-    summaries (``runs``: substrate index, refit index or None, summary)."""
+    summaries (``runs``: substrate index, refit index or None, summary); rows are matched on the
+    substrate and ``keys``."""
     out = summary.copy()
     labels = refits_of(scn)
-    size = _size(scn)
+    size = _size(scn, max((len(s) for _, s in labels if s), default=0))
     metrics = banded(out.columns)
     for m in metrics:
         out[f"{m}_lo"], out[f"{m}_hi"] = np.nan, np.nan
     out["band"] = ""
+
+    def match(df: pd.DataFrame, row) -> pd.Series | None:
+        hit = df[np.logical_and.reduce([df[k].astype(str) == str(row[k]) for k in keys])] if keys else df
+        return hit.iloc[0] if len(hit) else None
+
     for i, (label, subs) in enumerate(labels):
         name = scn.substrates[i].name
         rows = out.index[out.substrate == name]
@@ -142,14 +162,21 @@ def attach(scn: Scenario, summary: pd.DataFrame, runs: list[tuple[int, int | Non
         if size is not None:
             label += f", sub-sample n={size:,} (each refit's ratio to the point there, times the full run's)"
         out.loc[rows, "band"] = label
-        point = next((s for j, k, s in runs if j == i and k is None), None)
-        refit = [s for j, k, s in runs if j == i and k is not None]
+        mine = [(k, s) for j, k, s in runs if j == i]
+        points = [s for k, s in mine if k is None]
+        point = pd.concat(points) if points else summary[summary.substrate == name]
+        refit = [
+            pd.concat([s for kk, s in mine if kk == k])
+            for k in dict.fromkeys(k for k, _ in mine)
+            if k is not None
+        ]
         for r in rows:
-            c = out.at[r, "concurrency"]
-            ref = point if point is not None else summary[summary.substrate == name]
-            ref = ref[ref.concurrency == c].iloc[0]
+            ref = match(point, out.loc[r])
+            at = [match(s, out.loc[r]) for s in refit]
+            if ref is None:
+                continue
             for m in metrics:
-                vals = np.array([float(s[s.concurrency == c].iloc[0][m]) for s in refit if m in s])
+                vals = np.array([float(a[m]) for a in at if a is not None and m in a])
                 base = float(ref[m])
                 if not len(vals) or not np.isfinite(base):
                     continue
@@ -180,8 +207,10 @@ def with_bands(scn: Scenario, result: RunResult, jobs: int | None = None, execut
     """``result`` (the plain run of ``scn``) with bands on its summary (:func:`attach`)."""
     from .executors import run_many
 
-    todo = resimulations(scn)
-    done = run_many([s for *_, s in todo], executor, jobs, False, progress, address) if todo else []
+    todo = variants(scn)
+    done = (
+        run_many([only(d, i) for i, _, d in todo], executor, jobs, False, progress, address) if todo else []
+    )
     runs = [(i, k, res.summary) for (i, k, _), res in zip(todo, done)]
     result.summary = attach(scn, result.summary, runs)
     return result
@@ -193,16 +222,112 @@ def run_with_bands(scn: Scenario, jobs: int | None = None, executor: str = "loca
     refits: the result's summary carries ``<metric>_lo``, ``<metric>_hi`` and ``band``."""
     from .executors import run_scenario
 
-    if executor not in ("local", "serial", "ray"):
-        raise InputError(f"--executor: expected one of ['local', 'serial', 'ray'], got '{executor}'.")
     result = run_scenario(scn, jobs=jobs, executor=executor, progress=progress, address=address, **run_kw)
     return with_bands(scn, result, jobs, executor, None, address)
 
 
-def band_text(row, m: str, fmt: str) -> str:
-    """``point [lo-hi]`` for the table (the point alone without a band)."""
-    point = fmt.format(row[m])
-    lo, hi = row.get(f"{m}_lo"), row.get(f"{m}_hi")
-    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
-        return point
-    return f"{point} [{fmt.format(lo)}-{fmt.format(hi)}]"
+def sweep_with_bands(scn: Scenario, sets: dict[str, list], df: pd.DataFrame, executor: str = "local",
+                     jobs: int | None = None, address: str | None = None, progress=None):  # fmt: skip
+    """A sweep's table (``df``, from :func:`simrollout.sweeps.sweep`) with bands: every grid point
+    re-simulated over the refits, the ``--set`` values applied over each refit."""
+    import itertools
+
+    from .executors import run_many
+
+    paths = list(sets)
+    todo = []
+    for i, k, d in variants(scn):
+        for combo in itertools.product(*(sets[p] for p in paths)):
+            data = d
+            for path, v in zip(paths, combo):
+                data = set_path(data, path, v)
+            todo.append((i, k, combo, only(data, i)))
+    done = run_many([s for *_, s in todo], executor, jobs, False, progress, address) if todo else []
+    runs = []
+    for (i, k, combo, _), res in zip(todo, done):
+        frame = res.summary.copy()
+        for path, v in zip(paths, combo):
+            frame[path] = v if not isinstance(v, list) else str(v)
+        runs.append((i, k, frame))
+    return attach(scn, df, runs, keys=(*paths, "concurrency"))
+
+
+PLAN_REFITS = 20  # refits a plan's candidates are re-simulated over (the first of each profile's)
+
+
+def plan_stability(scn: Scenario, result, executor: str = "local", jobs: int | None = None, top: int = 3,
+                   refits: int = PLAN_REFITS) -> dict | None:  # fmt: skip
+    """How often a plan's recommendation stays the winner across the profiles' refits: its top
+    ``top`` candidates (those meeting the target, in the plan's order) re-simulated at the
+    plan's sample size over the first ``refits`` refits of each substrate's profile (common random
+    numbers; a substrate without refits keeps its figures), the winner of each refit the first
+    candidate meeting the target. None when the plan has no recommendation."""
+    from .executors import run_many
+    from .planner import _name, _project
+
+    if result.best is None:
+        return None
+    t, target = result.table, result.target
+    order = ["makespan_s", "cost_usd"] if target.budget_usd is not None else ["cost_usd", "makespan_s"]
+    met = t[[target.met(r) for r in t.itertuples()]].sort_values(order)
+    cands = met[[_name(r) != _name(result.best) for _, r in met.iterrows()]].head(top - 1)
+    cands = pd.concat([result.best.to_frame().T, cands])
+    sources = dict(zip((s.name for s in scn.substrates), refits_of(scn)))
+    if not any(sources[r.substrate][1] for _, r in cands.iterrows()):
+        return {"band": sources[result.best.substrate][0], "refits": 0}
+    n_refits = min(refits, max(len(sources[r.substrate][1] or []) for _, r in cands.iterrows()))
+    base = base_dict(scn)
+    names = [s.name for s in scn.substrates]
+    todo = []
+    for k in range(n_refits):
+        for idx, r in cands.iterrows():
+            subs = sources[r.substrate][1]
+            if not subs:
+                continue
+            d = set_path(base, "substrates", [subs[k % len(subs)]])
+            d = set_path(d, "substrates.0.capacity.hosts", int(r.hosts))
+            d = set_path(d, "cluster.concurrency", int(r.concurrency))
+            d = set_path(d, "policy.warm_pool", int(r.warm_pool))
+            if r.engines and scn.cluster.inference is not None:
+                d = set_path(d, "cluster.inference.engines", int(r.engines))
+            d = set_path(set_path(d, "replications", 1), "workload.trajectories", int(r.sampled))
+            todo.append((k, idx, Scenario.model_validate(d)))
+    done = run_many([s for *_, s in todo], executor, jobs, keep_records=True)
+    figures = {}
+    for (k, idx, _), res in zip(todo, done):
+        r = cands.loc[idx]
+        sub = scn.substrates[names.index(r.substrate)]
+        c, w, h, n = int(r.concurrency), int(r.warm_pool), int(r.hosts), int(r.sampled)
+        row = _project(res.summary.iloc[0], res, sub, c, w, h, n, scn.trajectories, result.max_failed)
+        figures[(k, idx)] = pd.Series(row)
+    wins = meets = 0
+    best_idx = cands.index[0]
+    cost, makespan = [], []
+    for k in range(n_refits):
+        rows = {idx: figures.get((k, idx), cands.loc[idx]) for idx in cands.index}
+        ok = [idx for idx, row in rows.items() if target.met(row)]
+        winner = min(ok, key=lambda i: tuple(rows[i][o] for o in order)) if ok else None
+        wins += winner == best_idx
+        meets += best_idx in ok
+        cost.append(float(rows[best_idx].cost_usd))
+        makespan.append(float(rows[best_idx].makespan_s))
+    return {"band": sources[result.best.substrate][0], "refits": n_refits, "candidates": len(cands),
+            "banded": bool(sources[result.best.substrate][1]),
+            "wins": int(wins), "meets": int(meets),
+            "cost_usd": [float(x) for x in np.percentile(cost, [LO, HI])],
+            "makespan_s": [float(x) for x in np.percentile(makespan, [LO, HI])]}  # fmt: skip
+
+
+def describe_stability(s: dict | None) -> str:
+    """One line on :func:`plan_stability`'s result."""
+    if s is None:
+        return "Across the refits: no recommendation to hold."
+    if not s["refits"]:
+        return f"Across the refits: no band ({s['band']})."
+    n = s["refits"]
+    (c0, c1), (m0, m1) = s["cost_usd"], s["makespan_s"]
+    figures = (f"its cost ${c0:,.0f}-${c1:,.0f}, makespan {m0 / 3600:,.1f}-{m1 / 3600:,.1f} h (5th-95th "
+               "percentile)" if s["banded"] else f"its own figures have no band ({s['band']})")  # fmt: skip
+    return (f"Across {n} refits of the profiles (common random numbers, the top {s['candidates']} "
+            f"candidates): the recommendation stays the winner in {s['wins']} of {n} ({s['wins'] / n:.0%}) "
+            f"and meets the target in {s['meets']} of {n}; {figures}.")  # fmt: skip
