@@ -102,13 +102,13 @@ def _size(scn: Scenario, refits: int) -> int | None:
     return max(n, min(n_full, SUBSAMPLE // 4))
 
 
-def variants(scn: Scenario) -> list[tuple[int, int | None, dict]]:
+def variants(scn: Scenario, sources=None) -> list[tuple[int, int | None, dict]]:
     """The re-simulations: ``(substrate index, refit index or None for the point, scenario
     mapping)``, each mapping the whole scenario with that substrate's refit in its place (the
     others as they are), fidelity fixed to the full run's and one replication; sub-sampled per
     :func:`_size`. The point appears only where the full run's rows cannot serve as the reference
-    (a sub-sample, or several replications)."""
-    sources = refits_of(scn)
+    (a sub-sample, or several replications). ``sources``: :func:`refits_of` if already read."""
+    sources = refits_of(scn) if sources is None else sources
     most = max((len(subs) for _, subs in sources if subs), default=0)
     size = _size(scn, most)
     base = base_dict(scn)
@@ -137,12 +137,12 @@ def only(data: dict, i: int) -> Scenario:
 
 
 def attach(scn: Scenario, summary: pd.DataFrame, runs: list[tuple[int, int | None, pd.DataFrame]],
-           keys: tuple[str, ...] = ("concurrency",)):  # fmt: skip
+           keys: tuple[str, ...] = ("concurrency",), sources=None):  # fmt: skip
     """``summary`` with ``<metric>_lo``, ``<metric>_hi`` and ``band`` from the re-simulations'
     summaries (``runs``: substrate index, refit index or None, summary); rows are matched on the
     substrate and ``keys``."""
     out = summary.copy()
-    labels = refits_of(scn)
+    labels = refits_of(scn) if sources is None else sources
     size = _size(scn, max((len(s) for _, s in labels if s), default=0))
     metrics = banded(out.columns)
     for m in metrics:
@@ -235,8 +235,9 @@ def sweep_with_bands(scn: Scenario, sets: dict[str, list], df: pd.DataFrame, exe
     from .executors import run_many
 
     paths = list(sets)
+    sources = refits_of(scn)
     todo = []
-    for i, k, d in variants(scn):
+    for i, k, d in variants(scn, sources):
         for combo in itertools.product(*(sets[p] for p in paths)):
             data = d
             for path, v in zip(paths, combo):
@@ -249,7 +250,7 @@ def sweep_with_bands(scn: Scenario, sets: dict[str, list], df: pd.DataFrame, exe
         for path, v in zip(paths, combo):
             frame[path] = v if not isinstance(v, list) else str(v)
         runs.append((i, k, frame))
-    return attach(scn, df, runs, keys=(*paths, "concurrency"))
+    return attach(scn, df, runs, keys=(*paths, "concurrency"), sources=sources)
 
 
 PLAN_REFITS = 20  # refits a plan's candidates are re-simulated over (the first of each profile's)

@@ -77,15 +77,16 @@ def with_drift(substrate: dict, factors: dict[str, float]) -> dict:
     return out
 
 
-def refit(blocks, rng, point: dict, fit_args: dict) -> dict:
-    """One refit's substrate (InputError when the resample cannot be fitted)."""
+def refit(blocks, rng, point: dict, fit_args: dict, choices: dict) -> dict:
+    """One refit's substrate (InputError when the resample cannot be fitted), with the point
+    fit's ``choices`` (its distribution family per phase and contention weights) kept."""
     from .fit import by_phase_of, fit_substrate
 
     by_phase = by_phase_of(resample(blocks, rng))
     by_phase.pop("pull", None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sub, _, _ = fit_substrate(by_phase, **fit_args)
+        sub, _, _ = fit_substrate(by_phase, **fit_args, choices=choices)
     for key in ("image_cache",):  # not refitted: kept as the point fit has it
         if key in point:
             sub[key] = point[key]
@@ -118,6 +119,7 @@ def uncertainty(
     fit_args: dict,
     strict: bool = True,
     name: str = "",
+    choices: dict | None = None,
 ) -> dict:
     """The profile's ``uncertainty`` mapping: ``refits`` refits (:func:`refit`) with their drift.
     A probe too thin to resample (:func:`thin`) is refused (InputError) when ``strict`` (refits
@@ -145,7 +147,7 @@ def uncertainty(
         rng = np.random.default_rng([seed, k])
         k += 1
         try:
-            sub = refit(blocks, rng, point, fit_args)
+            sub = refit(blocks, rng, point, fit_args, choices or {})
         except InputError:  # a resample left a phase under its minimum: drawn again, counted
             failed += 1
             if failed > max(5, refits // 5):

@@ -64,30 +64,35 @@ def _lognormal_mixture(x: np.ndarray, iters: int = 300):
     return w, mu, sd, loglik
 
 
-def _candidates(x: np.ndarray):
-    """Yield (name, our Dist, loglik, number of parameters)."""
+def _candidates(x: np.ndarray, only: str | None = None):
+    """Yield (name, our Dist, loglik, number of parameters); ``only``: that candidate alone."""
+
+    def want(name: str) -> bool:
+        return only is None or only == name
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        s, _, scale = stats.lognorm.fit(x, floc=0)
-        yield (
-            "lognormal",
-            Lognormal(mu=math.log(scale), sigma=s),
-            stats.lognorm.logpdf(x, s, 0, scale).sum(),
-            2,
-        )
-        a, _, scale = stats.gamma.fit(x, floc=0)
-        yield "gamma", Gamma(shape=a, scale=scale), stats.gamma.logpdf(x, a, 0, scale).sum(), 2
-        c, _, scale = stats.weibull_min.fit(x, floc=0)
-        yield "weibull", Weibull(shape=c, scale=scale), stats.weibull_min.logpdf(x, c, 0, scale).sum(), 2
-        c, _, scale = stats.fisk.fit(x, floc=0)
-        if c > 1:  # finite mean only
-            yield "loglogistic", LogLogistic(c=c, scale=scale), stats.fisk.logpdf(x, c, 0, scale).sum(), 2
+        if want("lognormal"):
+            s, _, scale = stats.lognorm.fit(x, floc=0)
+            ll = stats.lognorm.logpdf(x, s, 0, scale).sum()
+            yield "lognormal", Lognormal(mu=math.log(scale), sigma=s), ll, 2
+        if want("gamma"):
+            a, _, scale = stats.gamma.fit(x, floc=0)
+            yield "gamma", Gamma(shape=a, scale=scale), stats.gamma.logpdf(x, a, 0, scale).sum(), 2
+        if want("weibull"):
+            c, _, scale = stats.weibull_min.fit(x, floc=0)
+            ll = stats.weibull_min.logpdf(x, c, 0, scale).sum()
+            yield "weibull", Weibull(shape=c, scale=scale), ll, 2
+        if want("loglogistic"):
+            c, _, scale = stats.fisk.fit(x, floc=0)
+            if c > 1:  # finite mean only
+                yield "loglogistic", LogLogistic(c=c, scale=scale), stats.fisk.logpdf(x, c, 0, scale).sum(), 2
         loc = float(x.min()) * (1 - 1e-9)
         mean = float(x.mean() - loc)
-        if mean > 0:
+        if mean > 0 and want("shifted_exponential"):
             ll = stats.expon.logpdf(x, loc, mean).sum()
             yield "shifted_exponential", Exponential(mean=mean, loc=loc), ll, 2
-        if len(x) >= 2 * MIN_SAMPLES:
+        if len(x) >= 2 * MIN_SAMPLES and want("lognormal_mixture"):
             w, mu, sd, ll = _lognormal_mixture(x)
             if np.all(w > 0.02):
                 mix = Mixture(
@@ -99,8 +104,10 @@ def _candidates(x: np.ndarray):
                 yield "lognormal_mixture", mix, ll, 5
 
 
-def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
-    """Fit every candidate to ``x``; return the selected Dist and the diagnostics."""
+def fit_phase(x: np.ndarray, criterion: str = "aic", family: str | None = None) -> dict:
+    """Fit every candidate to ``x``; return the selected Dist and the diagnostics. ``family``:
+    fit that candidate alone (a bootstrap refit keeps the point fit's choice), every candidate
+    when it cannot be fitted to ``x``."""
     x = np.asarray(x, dtype=float)
     n = len(x)
     if np.ptp(x) <= 1e-12 * max(abs(float(x.max())), 1e-12):  # every sample the same: a constant
@@ -110,6 +117,10 @@ def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
         return {"selected": "constant", "criterion_choice": "constant", "dist": dist, "n": n,
                 "empirical_quantiles": emp, "quantile_rel_error": {k: 0.0 for k in QS},
                 "candidates": only}  # fmt: skip
+    if family is not None and family != "constant":
+        fitted = fit_phase_only(x, criterion, family)
+        if fitted is not None:
+            return fitted
     cands = {}
     for name, dist, ll, k in _candidates(x):
         if not np.isfinite(ll):
@@ -147,6 +158,15 @@ def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
             for c, d in cands.items()
         },
     }
+
+
+def fit_phase_only(x: np.ndarray, criterion: str, family: str) -> dict | None:
+    """:func:`fit_phase` with ``family`` alone (no KS screen, no diagnostics); None when it does
+    not fit ``x`` (e.g. a log-logistic of infinite mean)."""
+    for name, dist, ll, _ in _candidates(x, family):
+        if np.isfinite(ll):
+            return {"selected": name, "criterion_choice": name, "dist": dist, "n": len(x)}
+    return None
 
 
 def _check(records: list[dict]) -> dict[str, dict]:
@@ -403,9 +423,13 @@ def fit_substrate(
     weights: bool = True,
     shared: bool = True,
     paced: bool = False,
+    choices: dict | None = None,
 ) -> tuple[dict, dict, dict]:
     """Annotated records (:func:`annotate`) by phase -> (substrate mapping, per-phase fits, plots).
-    Pull records are not read here; ``weights`` and ``shared`` as resolved by :func:`calibrate`."""
+    Pull records are not read here; ``weights`` and ``shared`` as resolved by :func:`calibrate`.
+    ``choices`` (a bootstrap refit): ``{"families": {phase: name}, "weights": {phase: weights}}``
+    of the point fit, kept instead of chosen again; the per-phase fits then carry no diagnostics."""
+    families = (choices or {}).get("families", {})
     fitted_weights: dict[str, dict[str, float]] = {}
     substrate: dict = {"failures": {}, "contention": {}}
     fits_out, plots = {}, {}
@@ -423,7 +447,7 @@ def fit_substrate(
                 )
             warnings.warn(f"phase '{phase}': only {len(base)} samples; not fitted", stacklevel=2)
             continue
-        fit = fit_phase(base, criterion)
+        fit = fit_phase(base, criterion, families.get(phase))
         per_level, curve = {}, {}
         for c in levels:
             at = [r for r in rs if r["concurrency"] == c]
@@ -448,19 +472,18 @@ def fit_substrate(
             # unweighted model's noise (tests/calibration/test_fit.py)
             if weights and phase in PHASES and not sharing:
                 counts = {q: np.array([r["_count"][q] for r in ok]) for q in PHASES}
-                w = operation_weights(phase, np.array([r["latency"] for r in ok]), counts)
+                if choices is not None:
+                    w = (choices.get("weights") or {}).get(phase)
+                else:
+                    w = operation_weights(phase, np.array([r["latency"] for r in ok]), counts)
             if w:  # each operation in flight at its weight
                 fitted_weights[phase] = w
                 n = sum(w.get(q, 1.0) * counts[q] for q in PHASES)
             curve = curve_by_load(list(zip(n.tolist(), (r["latency"] for r in ok))), m0)
-        slope = _slope(list(curve), list(curve.values()))
-        fits_out[phase] = {k: v for k, v in fit.items() if k != "dist"} | {
-            "by_concurrency": per_level,
-            "contention_slope": slope,
-            "contention_law": Curve(curve).describe() if curve else None,
-            "contention_weights": fitted_weights.get(phase),
-            "coverage": coverage(per_level, paced) if phase in PHASE_FIELD else None,
-        }
+        if choices is not None:  # a refit: its substrate only
+            fits_out[phase] = {"selected": fit["selected"]}
+        else:
+            fits_out[phase] = _diagnostics(fit, per_level, curve, fitted_weights.get(phase), phase, paced)
         plots[phase] = (base, fit["dist"], fit["selected"])
         if phase == "reset":
             substrate["reset"] = dump_dist(fit["dist"])
@@ -479,6 +502,19 @@ def fit_substrate(
     if shared and any(isinstance(substrate["contention"].get(ph), dict) for ph in SHARED):
         substrate["contention"]["shared"] = True
     return substrate, fits_out, plots
+
+
+def _diagnostics(
+    fit: dict, per_level: dict, curve: dict, weights: dict | None, phase: str, paced: bool
+) -> dict:
+    """A phase's entry under the profile's ``fits``."""
+    return {k: v for k, v in fit.items() if k != "dist"} | {
+        "by_concurrency": per_level,
+        "contention_slope": _slope(list(curve), list(curve.values())),
+        "contention_law": Curve(curve).describe() if curve else None,
+        "contention_weights": weights,
+        "coverage": coverage(per_level, paced) if phase in PHASE_FIELD else None,
+    }
 
 
 def by_phase_of(records: list[dict]) -> dict[str, list[dict]]:
@@ -581,9 +617,12 @@ def calibrate(
     refits = DEFAULT_BOOTSTRAP if bootstrap is None else bootstrap
     if refits:
         fit_args = dict(criterion=criterion, points=points, weights=weights, shared=shared, paced=paced)
+        choices = {"families": {ph: f["selected"] for ph, f in fits_out.items()},
+                   "weights": fitted_weights or {}}  # fmt: skip
         profile["uncertainty"] = uncertainty(
-            annotated, substrate, drift, refits, seed, fit_args, strict=bootstrap is not None, name=name
-        )
+            annotated, substrate, drift, refits, seed, fit_args, strict=bootstrap is not None, name=name,
+            choices=choices,
+        )  # fmt: skip
     elif drift is not None or reference:
         profile["uncertainty"] = {"method": "none (no refits)", "refits": 0, "seed": seed, "drift": drift}
     return profile, plots
