@@ -715,6 +715,8 @@ def _say_uncertainty(unc: dict | None) -> None:
             err.print(f"warning: {line}")
         else:
             typer.echo(line)
+    if not unc.get("refits") and str(unc.get("method", "")).startswith("none"):
+        typer.echo(f"refits: {unc['method']}")
     if unc.get("refits"):
         spread = ", ".join(f"{ph} {s['p50_lo']:+.1%}/{s['p50_hi']:+.1%}" for ph, s in unc["spread"].items())
         drifted = "with the reference blocks' drift" if unc.get("drift_applied") else "without drift"

@@ -105,3 +105,28 @@ def test_a_process_probe_runs_its_reference_blocks_and_marks_them(tmp_path):
     first_main = min(r["start"] for r in rest)
     assert max(r["start"] for r in ref if r["block"] == 0) < first_main
     assert min(r["start"] for r in ref if r["block"] == 2) > max(r["start"] for r in rest)
+
+
+def test_an_engine_probes_reference_requests_give_its_drift_and_stay_out_of_its_fit():
+    from simrollout.calibration.engine_fit import engine_profile
+    from tests.conftest import ROOT
+
+    recs = read_records([ROOT / "calibration/probes/llama-cpp-tiny-m.jsonl"])
+    plain = [r for r in recs if r["concurrency"] == 1 and r["mode"] == "plain" and r["ok"] and r["ttft"]][:4]
+    top = max(r["concurrency"] for r in recs)
+    ref = []
+    for block, f in enumerate((1.0, 1.1, 1.25)):  # the engine slowing down over the probe
+        for level in (1, top):
+            ref += [{**r, "concurrency": level, "reference": True, "block": block, "ttft": r["ttft"] * f,
+                     "tpot": r["tpot"] * f} for r in plain]  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = engine_profile(recs, "e")
+        both = engine_profile(recs + ref, "e")
+    assert both["engine"] == base["engine"] and both["fit"] == base["fit"]
+    assert base["uncertainty"]["drift"] == NOT_MEASURED
+    drift = both["uncertainty"]["drift"]
+    for metric in ("ttft", "tpot"):
+        assert drift[metric]["max_rel"] == pytest.approx(0.25, abs=1e-3)
+        assert drift[metric]["exceeds_target"] is True
+        assert drift[metric]["end"] == pytest.approx(1.25 * drift[metric]["start"], rel=1e-4)
