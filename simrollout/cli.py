@@ -997,6 +997,11 @@ def _calibrate_engine(records, name, out, kv_capacity, max_running) -> None:
     typer.echo(f"wrote {out}")
 
 
+from .cli_workload import workload as _workload  # noqa: E402
+
+app.command()(_workload)
+
+
 def main() -> None:
     """Entry point: input errors become one paragraph on stderr and exit code 2; Ctrl-C exits
     130 and SIGTERM 143, with one line (results folders are only replaced by complete runs)."""
