@@ -35,7 +35,7 @@ def workload(
         "",
         help="Tool name -> category overrides: name=category,... (shell, read, "
         "edit, search, test, web, other).",
-    ),  # fmt: skip
+    ),
     overlap: str = typer.Option(
         "trace", help="A step's overlapping tool calls: trace (as it shows), max or sum."
     ),

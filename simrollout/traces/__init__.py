@@ -24,8 +24,13 @@ def read_trace(
     the LLM time of the step it precedes (the agent waited)."""
     from . import atif, mini_swe_agent, swe_agent, tracelab, verifiers
 
-    readers = {"tracelab": tracelab, "atif": atif, "verifiers": verifiers, "swe-agent": swe_agent,
-               "mini-swe-agent": mini_swe_agent}  # fmt: skip
+    readers = {
+        "tracelab": tracelab,
+        "atif": atif,
+        "verifiers": verifiers,
+        "swe-agent": swe_agent,
+        "mini-swe-agent": mini_swe_agent,
+    }
     if fmt not in readers:
         raise InputError(f"trace format '{fmt}': expected one of {list(FORMATS)}.")
     if not paths:

@@ -54,8 +54,12 @@ def _docs(paths: list[Path], problems: Problems):
 def _raw(path: Path, line: int, doc, problems: Problems, tool_map) -> _Raw | None:
     file = str(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
-        problems.bad("not_format", file, line, "not an ATIF trajectory (no 'steps' array at the root); is it "
-                     "another format?")  # fmt: skip
+        problems.bad(
+            "not_format",
+            file,
+            line,
+            "not an ATIF trajectory (no 'steps' array at the root); is it another format?",
+        )
         return None
     sid = str(doc.get("session_id") or f"{path.name}:{line}")
     times, source, names, tokens = [], [], [], []
@@ -64,20 +68,33 @@ def _raw(path: Path, line: int, doc, problems: Problems, tool_map) -> _Raw | Non
             continue
         t = timestamp(st.get("timestamp"))
         if t is None:
-            problems.bad("missing_latency", file, line, f"trajectory '{sid}' steps[{k}] has no timestamp, so "
-                         "its LLM and tool time cannot be split")  # fmt: skip
+            problems.bad(
+                "missing_latency",
+                file,
+                line,
+                f"trajectory '{sid}' steps[{k}] has no timestamp, so its LLM and tool time cannot be split",
+            )
             return None
         if times and t.timestamp() < times[-1]:
-            problems.bad("out_of_order", file, line, f"trajectory '{sid}' steps[{k}] is timed before the step "
-                         "it follows (a negative interval)")  # fmt: skip
+            problems.bad(
+                "out_of_order",
+                file,
+                line,
+                f"trajectory '{sid}' steps[{k}] is timed before the step it follows (a negative interval)",
+            )
             return None
         times.append(t.timestamp())
         source.append(str(st.get("source")))
         calls = [c for c in st.get("tool_calls") or [] if isinstance(c, dict)]
         names.append([str(c.get("function_name") or "<unknown-tool>") for c in calls])
         m = st.get("metrics") if isinstance(st.get("metrics"), dict) else {}
-        tokens.append((number(m.get("prompt_tokens")), number(m.get("cached_tokens")),
-                       number(m.get("completion_tokens"))))  # fmt: skip
+        tokens.append(
+            (
+                number(m.get("prompt_tokens")),
+                number(m.get("cached_tokens")),
+                number(m.get("completion_tokens")),
+            )
+        )
     if "agent" not in source:
         problems.bad("no_steps", file, line, f"trajectory '{sid}' has no agent step")
         return None
@@ -106,7 +123,8 @@ def _split_model(raws: list[_Raw]) -> tuple[float, float, str]:
     return (
         0.0,
         b,
-        f"generation = completion tokens / {TOKENS_PER_SECOND:g} tokens/s (assumed: {len(x)} intervals held generation only)",
+        f"generation = completion tokens / {TOKENS_PER_SECOND:g} tokens/s (assumed: {len(x)} intervals "
+        "held generation only)",
     )
 
 

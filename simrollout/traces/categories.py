@@ -12,16 +12,48 @@ import re
 CATEGORIES = ("shell", "read", "edit", "search", "test", "web", "other")
 
 NAMES = {
-    "shell": ("Bash", "BashOutput", "KillBash", "KillShell", "exec", "exec_command", "write_stdin",
-              "shell_command", "shell", "send_input", "mcp__ide__executeCode", "bash", "execute_bash"),
-    "edit": ("Edit", "Write", "MultiEdit", "NotebookEdit", "apply_patch", "str_replace_editor_edit",
-             "edit", "write_file", "create"),
-    "read": ("Read", "LS", "view_image", "read_file", "view", "open", "list_directory", "goto", "scroll_up",
-             "scroll_down"),
+    "shell": (
+        "Bash",
+        "BashOutput",
+        "KillBash",
+        "KillShell",
+        "exec",
+        "exec_command",
+        "write_stdin",
+        "shell_command",
+        "shell",
+        "send_input",
+        "mcp__ide__executeCode",
+        "bash",
+        "execute_bash",
+    ),
+    "edit": (
+        "Edit",
+        "Write",
+        "MultiEdit",
+        "NotebookEdit",
+        "apply_patch",
+        "str_replace_editor_edit",
+        "edit",
+        "write_file",
+        "create",
+    ),
+    "read": (
+        "Read",
+        "LS",
+        "view_image",
+        "read_file",
+        "view",
+        "open",
+        "list_directory",
+        "goto",
+        "scroll_up",
+        "scroll_down",
+    ),
     "search": ("Grep", "Glob", "ToolSearch", "search_dir", "search_file", "find_file", "grep", "glob"),
     "web": ("WebFetch", "WebSearch", "web_search", "web_fetch", "fetch"),
     "test": ("run_tests", "pytest"),
-}  # fmt: skip
+}
 _BY_NAME = {n: c for c, names in NAMES.items() for n in names}
 
 # first word of a shell command line
@@ -29,10 +61,21 @@ WORDS = {
     "read": ("cat", "head", "tail", "less", "more", "ls", "tree", "wc", "nl", "file", "stat", "pwd"),
     "search": ("grep", "rg", "find", "ag", "ack", "fd", "locate", "git-grep"),
     "edit": ("sed -i", "patch", "tee", "touch", "mv", "cp", "rm", "mkdir", "apply_patch"),
-    "test": ("pytest", "tox", "nox", "unittest", "go test", "cargo test", "npm test", "make test",
-             "python -m pytest", "python3 -m pytest", "python -m unittest"),
+    "test": (
+        "pytest",
+        "tox",
+        "nox",
+        "unittest",
+        "go test",
+        "cargo test",
+        "npm test",
+        "make test",
+        "python -m pytest",
+        "python3 -m pytest",
+        "python -m unittest",
+    ),
     "web": ("curl", "wget"),
-}  # fmt: skip
+}
 
 
 def command_category(line: str) -> str:

@@ -24,20 +24,20 @@ def characterise(ts: TraceSet, overlap: str = "trace") -> dict:
         "llm_time_per_step_s": quantiles(st["llm"]),
         "tokens_per_step": {
             k: quantiles(st[k]) for k in ("input", "appended", "cached", "output") if st[k].notna().any()
-        },  # fmt: skip
+        },
         "prefix_cache_hit": {
             "overall": float(tok["cached"].sum() / tok["input"].sum()) if len(tok) else None,
             **quantiles(hit, (0.1, 0.5, 0.9)),
-        },  # fmt: skip
+        },
         "tool_calls_per_step": {
             str(k): round(float(v), 4)
             for k, v in st["calls"].clip(upper=4).value_counts(normalize=True).sort_index().items()
-        },  # fmt: skip
+        },
         "overlapping_multi_call_steps": float(multi["overlap"].mean()) if len(multi) else None,
         "tool_latency_s": {
             c: {"share": round(len(g) / len(calls), 4), **quantiles(g["latency"])}
             for c, g in calls.groupby("category")
-        },  # fmt: skip
+        },
         "tool_time_per_step_s": quantiles(st["tool"]),
         "duration_s": quantiles(tr["duration"]),
         "wall_s": quantiles(tr["wall"]),
@@ -46,7 +46,7 @@ def characterise(ts: TraceSet, overlap: str = "trace") -> dict:
             "total_s": float(st["human"].sum()),
             **quantiles(st.loc[st["human"] > 0, "human"]),
             "excluded": "from every LLM and tool time (an RL rollout has no human)",
-        },  # fmt: skip
+        },
     }
     if len(tr) >= 8:  # what independent per-step draws lose
         mean_tool = calls.groupby("traj")["piece"].mean().reindex(range(len(tr)))
@@ -81,8 +81,10 @@ def summary_lines(ch: dict) -> list[str]:
         lines.append(
             f"prefix-cache hit: {hit['overall']:.1%} of input tokens overall (per step {_q(hit, fmt='.1%')})"
         )
-    lines.append("tool calls per step: " + ", ".join(f"{k if k != '4' else '4+'}: {v:.0%}"
-                                                    for k, v in ch["tool_calls_per_step"].items()))  # fmt: skip
+    lines.append(
+        "tool calls per step: "
+        + ", ".join(f"{k if k != '4' else '4+'}: {v:.0%}" for k, v in ch["tool_calls_per_step"].items())
+    )
     if ch["overlapping_multi_call_steps"] is not None:
         lines.append(
             f"steps with several calls whose calls overlap: {ch['overlapping_multi_call_steps']:.0%}"
@@ -91,8 +93,10 @@ def summary_lines(ch: dict) -> list[str]:
         lines.append(f"tool latency, {c} ({v['share']:.0%} of calls): {_q(v, ' s')}")
     lines.append(f"trajectory duration (LLM + tools): {_q(ch['duration_s'], ' s')}")
     h = ch["human_gaps"]
-    lines.append(f"human-paced gaps: {h['steps_after_one']} steps after one, {h['total_s']:,.0f} s in all "
-                 "(excluded from the workload)")  # fmt: skip
+    lines.append(
+        f"human-paced gaps: {h['steps_after_one']} steps after one, {h['total_s']:,.0f} s in all "
+        "(excluded from the workload)"
+    )
     for k in ("steps_vs_tool_latency_spearman", "step_index_vs_input_tokens_spearman"):
         if k in ch:
             lines.append(f"{k.replace('_', ' ')}: {ch[k]:+.2f}")
@@ -123,14 +127,21 @@ def plot(ts: TraceSet, path: Path, overlap: str = "trace") -> Path:
         if st[k].notna().any():
             cdf(ax[0, 2], st[k], k)
     hit = (st["cached"] / st["input"]).dropna()
-    ax[0, 2].set(title=f"tokens per step (prefix-cache hit {st['cached'].sum() / max(st['input'].sum(), 1):.0%})"
-                 if len(hit) else "tokens per step", xscale="log")  # fmt: skip
+    ax[0, 2].set(
+        title=f"tokens per step (prefix-cache hit {st['cached'].sum() / max(st['input'].sum(), 1):.0%})"
+        if len(hit)
+        else "tokens per step",
+        xscale="log",
+    )
     ax[0, 2].legend()
     counts = st["calls"].clip(upper=6).value_counts().sort_index()
     ax[1, 0].bar(counts.index.astype(str), counts.values)
     multi = st[st["calls"] > 1]
-    ax[1, 0].set(title=f"tool calls per step ({multi['overlap'].mean():.0%} of multi-call steps overlap)"
-                 if len(multi) else "tool calls per step")  # fmt: skip
+    ax[1, 0].set(
+        title=f"tool calls per step ({multi['overlap'].mean():.0%} of multi-call steps overlap)"
+        if len(multi)
+        else "tool calls per step"
+    )
     for c, g in calls.groupby("category"):
         cdf(ax[1, 1], g["latency"], f"{c} ({len(g)})")
     ax[1, 1].set(title="tool latency per category (s)", xscale="log")

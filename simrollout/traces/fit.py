@@ -49,8 +49,14 @@ def fit_values(x, floor: float = FLOOR) -> tuple[object, dict]:
     dist = fit["dist"]
     rel = {k: float(dist.ppf(q) / emp[k] - 1) for k, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
     cand = fit["candidates"][fit["selected"]]
-    report = {"family": fit["selected"], "ks": cand["ks"], "ks_pvalue": cand["ks_pvalue"],
-              "family_rel_error": {k: round(v, 4) for k, v in rel.items()}, "n": int(x.size), "trace": emp}  # fmt: skip
+    report = {
+        "family": fit["selected"],
+        "ks": cand["ks"],
+        "ks_pvalue": cand["ks_pvalue"],
+        "family_rel_error": {k: round(v, 4) for k, v in rel.items()},
+        "n": int(x.size),
+        "trace": emp,
+    }
     if max(abs(v) for v in rel.values()) <= TOLERANCE and math.isfinite(dist.mean()):
         return dist, report | {"form": "family"}
     curve = _curve(x)

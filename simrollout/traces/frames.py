@@ -9,8 +9,10 @@ from .model import TraceSet, call_pieces, tool_time
 
 
 def steps_frame(ts: TraceSet, overlap: str = "trace") -> pd.DataFrame:
-    rows = {k: [] for k in ("traj", "step", "llm", "tool", "calls", "overlap", "input", "cached", "output",
-                            "human")}  # fmt: skip
+    rows = {
+        k: []
+        for k in ("traj", "step", "llm", "tool", "calls", "overlap", "input", "cached", "output", "human")
+    }
     for i, t in enumerate(ts.trajectories):
         for k, s in enumerate(t.steps):
             rows["traj"].append(i)

@@ -82,8 +82,17 @@ def _trajectory(path: Path, doc: dict, problems: Problems, tool_map) -> Trajecto
             calls = [
                 Call("bash", (tool_map or {}).get("bash") or command_category(x), math.nan) for x in cmds
             ]
-            cur = (Step(llm=t - last if not math.isnan(last) else math.nan, calls=calls,
-                        input_tokens=p, cached_tokens=c, output_tokens=o), t, math.nan)  # fmt: skip
+            cur = (
+                Step(
+                    llm=t - last if not math.isnan(last) else math.nan,
+                    calls=calls,
+                    input_tokens=p,
+                    cached_tokens=c,
+                    output_tokens=o,
+                ),
+                t,
+                math.nan,
+            )
             first = t if math.isnan(first) else first
         elif cur is not None and not math.isnan(t):
             cur = (cur[0], cur[1], t)
@@ -103,8 +112,12 @@ def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None 
         if doc is None:
             continue
         if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
-            problems.bad("not_format", str(path), 0, "not a mini-swe-agent trajectory (no 'messages' list at "
-                         "the root); is it another format?")  # fmt: skip
+            problems.bad(
+                "not_format",
+                str(path),
+                0,
+                "not a mini-swe-agent trajectory (no 'messages' list at the root); is it another format?",
+            )
             continue
         t = _trajectory(path, doc, problems, tool_map)
         if t is not None:

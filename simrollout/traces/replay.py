@@ -81,8 +81,14 @@ def _load(path: str, fmt: str, on_bad: str, overlap: str, tool_map: tuple, stamp
 def load(spec) -> ReplayData:
     """The replay data of a scenario's ``workload.replay`` (read once per process per file)."""
     st = os.stat(spec.path)
-    return _load(spec.path, spec.format, spec.on_bad, spec.overlap, tuple(sorted(spec.tool_map.items())),
-                 (st.st_mtime_ns, st.st_size))  # fmt: skip
+    return _load(
+        spec.path,
+        spec.format,
+        spec.on_bad,
+        spec.overlap,
+        tuple(sorted(spec.tool_map.items())),
+        (st.st_mtime_ns, st.st_size),
+    )
 
 
 def _ranges(off: np.ndarray, which: np.ndarray, lengths: np.ndarray) -> np.ndarray:

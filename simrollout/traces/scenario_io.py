@@ -31,8 +31,10 @@ def _find(ref, scenario: Path, field: str) -> Path:
 
 def expand_workload(wl: dict, scenario: Path, training: bool = False) -> dict:
     if "import" in wl and "replay" in wl:
-        raise InputError(f"{scenario}: field 'workload': give 'import' (a fitted workload) or 'replay' (a "
-                         "trace), not both.")  # fmt: skip
+        raise InputError(
+            f"{scenario}: field 'workload': give 'import' (a fitted workload) or 'replay' (a "
+            "trace), not both."
+        )
     return _import(wl, scenario) if "import" in wl else _replay(wl, scenario, training)
 
 
@@ -42,14 +44,18 @@ def _import(wl: dict, scenario: Path) -> dict:
     path = _find(wl["import"], scenario, "import")
     data, _ = load_yaml(path)
     if not isinstance(data, dict) or not isinstance(data.get("workload"), dict):
-        raise InputError(f"{path}: expected a workload section ('workload:' mapping) written by "
-                         "'simrollout workload'; imported by " + str(scenario) + ".")  # fmt: skip
+        raise InputError(
+            f"{path}: expected a workload section ('workload:' mapping) written by "
+            "'simrollout workload'; imported by " + str(scenario) + "."
+        )
     over = {k: v for k, v in wl.items() if k not in ("import", "llm")}
     base = dict(data["workload"])
     if wl.get("llm", "time") == "tokens":
         if not isinstance(data.get("tokens"), dict):
-            raise InputError(f"{scenario}: field 'workload.llm' is 'tokens' but {path} has no token workload "
-                             "(the trace had no token counts); use llm: time.")  # fmt: skip
+            raise InputError(
+                f"{scenario}: field 'workload.llm' is 'tokens' but {path} has no token workload "
+                "(the trace had no token counts); use llm: time."
+            )
         base.pop("llm_time", None)
         base["tokens"] = data["tokens"]
     elif wl.get("llm", "time") != "time":
@@ -93,25 +99,30 @@ def _replay(wl: dict, scenario: Path, training: bool) -> dict:
     out["steps"] = dump_dist(Discrete(values=vals.tolist(), weights=(n / n.sum()).tolist()))
     vals, n = np.unique(data.calls, return_counts=True)
     out["calls_per_step"] = dump_dist(Discrete(values=vals.tolist(), weights=(n / n.sum()).tolist()))
-    out["tools"] = {c: {"weight": float(max((data.category == k).sum(), 1)), "latency": 0.0}
-                    for k, c in enumerate(data.categories)} or {"none": {"weight": 1.0, "latency": 0.0}}  # fmt: skip
+    out["tools"] = {
+        c: {"weight": float(max((data.category == k).sum(), 1)), "latency": 0.0}
+        for k, c in enumerate(data.categories)
+    } or {"none": {"weight": 1.0, "latency": 0.0}}
     if rp.llm == "tokens":
         if data.prompt is None:
-            raise InputError(f"{scenario}: field 'workload.llm' is 'tokens' but the trace {path.name} has no "
-                             "token counts for every step; use llm: time.")  # fmt: skip
+            raise InputError(
+                f"{scenario}: field 'workload.llm' is 'tokens' but the trace {path.name} has no "
+                "token counts for every step; use llm: time."
+            )
         tok = {}
         for k, x in (("prompt", data.prompt), ("appended", data.append), ("output", data.output)):
             tok[k] = dump_dist(fit_values(x, floor=1.0)[0])
-        tok["max_context"] = int(max(x.input_tokens + x.output_tokens for t in data.trace.trajectories
-                                     for x in t.steps))  # fmt: skip
+        tok["max_context"] = int(
+            max(x.input_tokens + x.output_tokens for t in data.trace.trajectories for x in t.steps)
+        )
         out["tokens"] = tok
         out.pop("llm_time", None)
     elif "llm_time" not in out:
         llm = data.llm[np.isfinite(data.llm)]
         if not llm.size:
             raise InputError(
-                f"{scenario}: the trace {path.name} ({rp.format}) records no LLM time; give 'llm_time' beside "
-                "'replay' (a distribution drawn per step) or llm: tokens."
+                f"{scenario}: the trace {path.name} ({rp.format}) records no LLM time; give 'llm_time' "
+                "beside 'replay' (a distribution drawn per step) or llm: tokens."
             )
         out["llm_time"] = dump_dist(Empirical(samples=np.quantile(llm, np.linspace(0, 1, 101)).tolist()))
     if "trajectories" not in out and not training:  # the trace's own count (a loop sets its budget)

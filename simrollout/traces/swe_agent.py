@@ -24,8 +24,12 @@ def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None 
             continue
         file = str(path)
         if not isinstance(doc, dict) or not isinstance(doc.get("trajectory"), list):
-            problems.bad("not_format", file, 0, "not a SWE-agent .traj (no 'trajectory' array at the root); is "
-                         "it another format?")  # fmt: skip
+            problems.bad(
+                "not_format",
+                file,
+                0,
+                "not a SWE-agent .traj (no 'trajectory' array at the root); is it another format?",
+            )
             continue
         steps, ok = [], True
         for k, st in enumerate(doc["trajectory"]):
@@ -34,8 +38,12 @@ def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None 
             lat = number(st.get("execution_time"))
             if math.isnan(lat) or lat < 0:
                 cause = "missing_latency" if math.isnan(lat) else "negative_latency"
-                problems.bad(cause, file, 0, f"trajectory[{k}].execution_time is {st.get('execution_time')!r}; "
-                             "expected seconds >= 0")  # fmt: skip
+                problems.bad(
+                    cause,
+                    file,
+                    0,
+                    f"trajectory[{k}].execution_time is {st.get('execution_time')!r}; expected seconds >= 0",
+                )
                 ok = False
                 break
             action = str(st.get("action") or "").strip()
@@ -48,5 +56,10 @@ def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None 
             problems.bad("no_steps", file, 0, "the trajectory has no steps")
             continue
         out.append(Trajectory(path.stem, file, 0, steps))
-    return TraceSet("swe-agent", [str(p) for p in paths], out, problems,
-                    notes=["SWE-agent records no LLM time: give llm_time (or tokens) beside the import or replay"])  # fmt: skip
+    return TraceSet(
+        "swe-agent",
+        [str(p) for p in paths],
+        out,
+        problems,
+        notes=["SWE-agent records no LLM time: give llm_time (or tokens) beside the import or replay"],
+    )

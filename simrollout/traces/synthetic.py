@@ -41,8 +41,11 @@ class SynthTrajectory:
     @property
     def duration(self) -> float:
         """LLM and tool time (overlapping calls: the longest), human gaps left out."""
-        tool = sum(max(c[1] for c in s.calls) if s.parallel else sum(c[1] for c in s.calls)
-                   for s in self.steps if s.calls)  # fmt: skip
+        tool = sum(
+            max(c[1] for c in s.calls) if s.parallel else sum(c[1] for c in s.calls)
+            for s in self.steps
+            if s.calls
+        )
         return sum(s.llm for s in self.steps) + tool
 
 
@@ -83,8 +86,17 @@ def generate(
             ctx = ctx + append
             cached = int(ctx - append - (0 if rng.random() < 0.9 else min(ctx - append, 2000)))
             gap = float(np.exp(rng.normal(np.log(30), 1.0))) if s and rng.random() < human else 0.0
-            traj.steps.append(SynthStep(round(llm, 4), calls, len(calls) > 1 and rng.random() < overlap,
-                                        ctx, max(cached, 0), out_tok, round(gap, 3)))  # fmt: skip
+            traj.steps.append(
+                SynthStep(
+                    round(llm, 4),
+                    calls,
+                    len(calls) > 1 and rng.random() < overlap,
+                    ctx,
+                    max(cached, 0),
+                    out_tok,
+                    round(gap, 3),
+                )
+            )
             ctx += out_tok
         out.append(traj)
     return out
@@ -125,17 +137,35 @@ def write_tracelab(trajs: list[SynthTrajectory], path: Path, pad: int = 0) -> Pa
                 ev = [{"event_type": "tool_result", "timestamp": _iso(c[3])} for c in prev]
                 if user is not None or not prev:  # after a step without calls, the user speaks
                     ev.append({"event_type": "user_message", "timestamp": _iso(g0)})
-                ev += [{"event_type": "reasoning", "timestamp": _iso(g0 + 0.3 * s.llm), "content_chars": pad},
-                       {"event_type": "text", "timestamp": _iso(g1)}]  # fmt: skip
+                ev += [
+                    {"event_type": "reasoning", "timestamp": _iso(g0 + 0.3 * s.llm), "content_chars": pad},
+                    {"event_type": "text", "timestamp": _iso(g1)},
+                ]
                 ev += [{"event_type": "tool_call", "timestamp": _iso(g1), "tool_name": c[0]} for c in calls]
-                tools = [{"tool_index": j, "tool_name": c[0], "emitted_at": _iso(c[2]), "result_at": _iso(c[3]),
-                          "tool_wall_latency_ms": round(c[1] * 1000, 1),
-                          "tool_internal_latency_ms": None if j % 2 else round(c[1] * 1000, 1),
-                          "is_error": False} for j, c in enumerate(calls)]  # fmt: skip
-                row = {"provider": "synthetic", "session_id": traj.id, "round_index": k, "model": "synthetic",
-                       "input_tokens_total": s.input_tokens, "prefix_tokens": s.cached_tokens,
-                       "newly_append_tokens": s.input_tokens - s.cached_tokens, "output_tokens": s.output_tokens,
-                       "timing_events": ev, "tools": tools}  # fmt: skip
+                tools = [
+                    {
+                        "tool_index": j,
+                        "tool_name": c[0],
+                        "emitted_at": _iso(c[2]),
+                        "result_at": _iso(c[3]),
+                        "tool_wall_latency_ms": round(c[1] * 1000, 1),
+                        "tool_internal_latency_ms": None if j % 2 else round(c[1] * 1000, 1),
+                        "is_error": False,
+                    }
+                    for j, c in enumerate(calls)
+                ]
+                row = {
+                    "provider": "synthetic",
+                    "session_id": traj.id,
+                    "round_index": k,
+                    "model": "synthetic",
+                    "input_tokens_total": s.input_tokens,
+                    "prefix_tokens": s.cached_tokens,
+                    "newly_append_tokens": s.input_tokens - s.cached_tokens,
+                    "output_tokens": s.output_tokens,
+                    "timing_events": ev,
+                    "tools": tools,
+                }
                 if pad:
                     row["filler"] = "x" * pad
                 f.write(json.dumps(row) + "\n")
@@ -146,21 +176,38 @@ def write_tracelab(trajs: list[SynthTrajectory], path: Path, pad: int = 0) -> Pa
 def atif_document(traj: SynthTrajectory) -> dict:
     """ATIF: a user step, then one agent step per LLM step timed at the end of its generation."""
     steps = [{"step_id": 1, "timestamp": _iso(traj.start), "source": "user", "message": "task"}]
-    for s, g0, g1, calls, user in _timeline(traj):
+    for s, _g0, g1, calls, user in _timeline(traj):
         if user is not None:
             steps.append(
                 {"step_id": len(steps) + 1, "timestamp": _iso(user), "source": "user", "message": "more"}
             )
-        steps.append({
-            "step_id": len(steps) + 1, "timestamp": _iso(g1), "source": "agent", "message": "",
-            "tool_calls": [{"tool_call_id": f"c{j}", "function_name": c[0], "arguments": {}}
-                           for j, c in enumerate(calls)],
-            "observation": {"results": [{"source_call_id": f"c{j}", "content": "ok"} for j in range(len(calls))]},
-            "metrics": {"prompt_tokens": s.input_tokens, "cached_tokens": s.cached_tokens,
-                        "completion_tokens": s.output_tokens},
-        })  # fmt: skip
-    return {"schema_version": "ATIF-v1.4", "session_id": traj.id, "agent": {"name": "synthetic", "version": "1"},
-            "steps": steps, "final_metrics": {"total_steps": len(steps)}}  # fmt: skip
+        steps.append(
+            {
+                "step_id": len(steps) + 1,
+                "timestamp": _iso(g1),
+                "source": "agent",
+                "message": "",
+                "tool_calls": [
+                    {"tool_call_id": f"c{j}", "function_name": c[0], "arguments": {}}
+                    for j, c in enumerate(calls)
+                ],
+                "observation": {
+                    "results": [{"source_call_id": f"c{j}", "content": "ok"} for j in range(len(calls))]
+                },
+                "metrics": {
+                    "prompt_tokens": s.input_tokens,
+                    "cached_tokens": s.cached_tokens,
+                    "completion_tokens": s.output_tokens,
+                },
+            }
+        )
+    return {
+        "schema_version": "ATIF-v1.4",
+        "session_id": traj.id,
+        "agent": {"name": "synthetic", "version": "1"},
+        "steps": steps,
+        "final_metrics": {"total_steps": len(steps)},
+    }
 
 
 def verifiers_record(traj: SynthTrajectory, k: int) -> dict:
@@ -168,18 +215,39 @@ def verifiers_record(traj: SynthTrajectory, k: int) -> dict:
     for s, g0, g1, calls, _ in _timeline(traj):
         model.append({"start": g0, "end": g1})
         env.append({"start": g1, "end": max([g1] + [c[3] for c in calls])})  # before the next turn
-        turns.append({"completion": [{"role": "assistant", "content": "",
-                                      "tool_calls": [{"id": f"c{j}", "name": c[0], "arguments": "{}"}
-                                                     for j, c in enumerate(calls)]}],
-                      "response": {"usage": {"prompt_tokens": s.input_tokens,
-                                             "completion_tokens": s.output_tokens}}})  # fmt: skip
+        turns.append(
+            {
+                "completion": [
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {"id": f"c{j}", "name": c[0], "arguments": "{}"} for j, c in enumerate(calls)
+                        ],
+                    }
+                ],
+                "response": {
+                    "usage": {"prompt_tokens": s.input_tokens, "completion_tokens": s.output_tokens}
+                },
+            }
+        )
     t0 = traj.start
-    return {"example_id": k, "reward": 1.0, "is_completed": True, "is_truncated": False, "metrics": {},
-            "timing": {"start_time": t0, "setup": {"start": t0 - 2.0, "end": t0},
-                       "generation": {"start": t0, "end": model[-1]["end"]},
-                       "scoring": {"start": model[-1]["end"], "end": model[-1]["end"] + 0.5},
-                       "model": {"spans": model}, "env": {"spans": env}},
-            "trajectory": turns}  # fmt: skip
+    return {
+        "example_id": k,
+        "reward": 1.0,
+        "is_completed": True,
+        "is_truncated": False,
+        "metrics": {},
+        "timing": {
+            "start_time": t0,
+            "setup": {"start": t0 - 2.0, "end": t0},
+            "generation": {"start": t0, "end": model[-1]["end"]},
+            "scoring": {"start": model[-1]["end"], "end": model[-1]["end"] + 0.5},
+            "model": {"spans": model},
+            "env": {"spans": env},
+        },
+        "trajectory": turns,
+    }
 
 
 def _last_env(rec: dict) -> dict:
@@ -189,27 +257,62 @@ def _last_env(rec: dict) -> dict:
 
 def mini_document(traj: SynthTrajectory) -> dict:
     msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
-    for s, g0, g1, calls, _ in _timeline(traj):
-        cmds = [{"Bash": "python -m build", "Read": "cat a.py", "Edit": "sed -i s/a/b/ a.py",
-                 "Grep": "grep -rn foo .", "run_tests": "pytest -q"}[c[0]] for c in calls]  # fmt: skip
-        msgs.append({"role": "assistant", "content": "",
-                     "extra": {"timestamp": g1, "actions": [{"command": c} for c in cmds],
-                               "response": {"usage": {"prompt_tokens": s.input_tokens,
-                                                      "completion_tokens": s.output_tokens,
-                                                      "prompt_tokens_details": {"cached_tokens": s.cached_tokens}}}}})  # fmt: skip
+    for s, _g0, g1, calls, _ in _timeline(traj):
+        cmds = [
+            {
+                "Bash": "python -m build",
+                "Read": "cat a.py",
+                "Edit": "sed -i s/a/b/ a.py",
+                "Grep": "grep -rn foo .",
+                "run_tests": "pytest -q",
+            }[c[0]]
+            for c in calls
+        ]
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "extra": {
+                    "timestamp": g1,
+                    "actions": [{"command": c} for c in cmds],
+                    "response": {
+                        "usage": {
+                            "prompt_tokens": s.input_tokens,
+                            "completion_tokens": s.output_tokens,
+                            "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
+                        }
+                    },
+                },
+            }
+        )
         for end in sorted(c[3] for c in calls):
             msgs.append({"role": "user", "content": "out", "extra": {"timestamp": end, "returncode": 0}})
     return {"info": {"exit_status": "Submitted"}, "messages": msgs, "trajectory_format": "mini-swe-agent-1.1"}
 
 
 def swe_agent_document(traj: SynthTrajectory) -> dict:
-    cmd = {"Bash": "python setup.py", "Read": "str_replace_editor view a.py", "Edit": "str_replace_editor str_replace a.py",
-           "Grep": "search_dir foo", "run_tests": "pytest -q"}  # fmt: skip
+    cmd = {
+        "Bash": "python setup.py",
+        "Read": "str_replace_editor view a.py",
+        "Edit": "str_replace_editor str_replace a.py",
+        "Grep": "search_dir foo",
+        "run_tests": "pytest -q",
+    }
     steps = []
     for s in traj.steps:
         name, lat = s.calls[0] if s.calls else ("Bash", 0.0)
-        steps.append({"action": cmd[name] if s.calls else "submit", "observation": "", "response": "",
-                      "thought": "", "execution_time": lat, "state": {}, "query": [], "extra_info": {}})  # fmt: skip
+        steps.append(
+            {
+                "action": cmd[name] if s.calls else "submit",
+                "observation": "",
+                "response": "",
+                "thought": "",
+                "execution_time": lat,
+                "state": {},
+                "query": [],
+                "extra_info": {},
+            }
+        )
     return {"trajectory": steps, "history": [], "info": {"model_stats": {"api_calls": len(steps)}}}
 
 

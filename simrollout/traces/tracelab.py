@@ -73,12 +73,21 @@ def _round(row: dict, file: str, line: int, problems: Problems, tool_map) -> _Ro
         if math.isnan(lat) and not (math.isnan(emitted) or math.isnan(result)):
             lat = result - emitted
         if math.isnan(lat):
-            problems.bad("missing_latency", file, line, f"tools[{k}] ('{name}') has no latency "
-                         "(tool_internal_latency_ms, tool_wall_latency_ms and result_at are all missing)")  # fmt: skip
+            problems.bad(
+                "missing_latency",
+                file,
+                line,
+                f"tools[{k}] ('{name}') has no latency "
+                "(tool_internal_latency_ms, tool_wall_latency_ms and result_at are all missing)",
+            )
             return None
         if lat < 0:
-            problems.bad("negative_latency", file, line, f"tools[{k}] ('{name}') has a negative latency "
-                         f"({lat * 1000:g} ms)")  # fmt: skip
+            problems.bad(
+                "negative_latency",
+                file,
+                line,
+                f"tools[{k}] ('{name}') has a negative latency ({lat * 1000:g} ms)",
+            )
             return None
         calls.append(Call(name, category(name, override=tool_map), lat, emitted))
         if not math.isnan(emitted):
@@ -86,8 +95,14 @@ def _round(row: dict, file: str, line: int, problems: Problems, tool_map) -> _Ro
         if not math.isnan(result):
             end = max(end, result) if not math.isnan(end) else result
     tool = union_length(spans) if len(spans) == len(calls) else float(sum(c.latency for c in calls))
-    step = Step(llm=llm, calls=calls, tool=tool, input_tokens=number(row.get("input_tokens_total")),
-                cached_tokens=number(row.get("prefix_tokens")), output_tokens=number(row.get("output_tokens")))  # fmt: skip
+    step = Step(
+        llm=llm,
+        calls=calls,
+        tool=tool,
+        input_tokens=number(row.get("input_tokens_total")),
+        cached_tokens=number(row.get("prefix_tokens")),
+        output_tokens=number(row.get("output_tokens")),
+    )
     return _Round(int(row["round_index"]), line, step, [(t, k == "user_message") for t, k in events], end)
 
 
@@ -98,8 +113,13 @@ def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None 
         for line, row in json_lines(path, problems):
             if not all(k in row for k in REQUIRED) or not isinstance(row.get("round_index"), int):
                 if not seen:
-                    problems.bad("not_format", file, line, "not a TraceLab round_trace row (no session_id, "
-                                 "round_index and timing_events); is it another format?")  # fmt: skip
+                    problems.bad(
+                        "not_format",
+                        file,
+                        line,
+                        "not a TraceLab round_trace row (no session_id, "
+                        "round_index and timing_events); is it another format?",
+                    )
                     break
                 problems.bad(
                     "bad_row", file, line, "a row without session_id, an integer round_index or timing_events"
@@ -110,12 +130,21 @@ def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None 
             s = sessions.setdefault(sid, _Session(file))
             idx = row["round_index"]
             if idx in s.rounds:
-                problems.bad("duplicate", file, line, f"session '{sid}' round {idx} again (first at line "
-                             f"{s.rounds[idx].line}); deduped on session_id + round_index")  # fmt: skip
+                problems.bad(
+                    "duplicate",
+                    file,
+                    line,
+                    f"session '{sid}' round {idx} again (first at line "
+                    f"{s.rounds[idx].line}); deduped on session_id + round_index",
+                )
                 continue
             if idx < s.last_index:
-                problems.bad("out_of_order", file, line, f"session '{sid}' round {idx} after round "
-                             f"{s.last_index}; put in round order")  # fmt: skip
+                problems.bad(
+                    "out_of_order",
+                    file,
+                    line,
+                    f"session '{sid}' round {idx} after round {s.last_index}; put in round order",
+                )
             s.last_index = max(s.last_index, idx)
             r = _round(row, file, line, problems, tool_map)
             if r is None:
@@ -148,5 +177,6 @@ def _trajectory(sid: str, s: _Session) -> Trajectory:
         human_total += r.step.human
     last = max((r.end for r in rounds if not math.isnan(r.end)), default=math.nan)
     start = dt.datetime.fromtimestamp(first, dt.timezone.utc) if not math.isnan(first) else None
-    return Trajectory(sid, s.file, rounds[0].line, [r.step for r in rounds], start,
-                      wall=last - first - human_total)  # fmt: skip
+    return Trajectory(
+        sid, s.file, rounds[0].line, [r.step for r in rounds], start, wall=last - first - human_total
+    )

@@ -56,8 +56,12 @@ def _record(path: Path, line: int, rec: dict, problems: Problems, tool_map) -> T
     file = str(path)
     timing = rec.get("timing")
     if not isinstance(timing, dict) or not isinstance(timing.get("model"), dict):
-        problems.bad("not_format", file, line, "not a verifiers rollout record (no timing.model spans); is it "
-                     "another format?")  # fmt: skip
+        problems.bad(
+            "not_format",
+            file,
+            line,
+            "not a verifiers rollout record (no timing.model spans); is it another format?",
+        )
         return None
     model = [_span(s) for s in timing["model"].get("spans") or []]
     env = [_span(s) for s in (timing.get("env") or {}).get("spans") or []]
@@ -71,8 +75,12 @@ def _record(path: Path, line: int, rec: dict, problems: Problems, tool_map) -> T
                 problems.bad("missing_latency", file, line, f"timing.{kind}.spans[{k}] has no start or end")
                 return None
             if b < a:
-                problems.bad("negative_latency", file, line, f"timing.{kind}.spans[{k}] ends before it starts "
-                             f"({b - a:g} s)")  # fmt: skip
+                problems.bad(
+                    "negative_latency",
+                    file,
+                    line,
+                    f"timing.{kind}.spans[{k}] ends before it starts ({b - a:g} s)",
+                )
                 return None
     turns = rec.get("trajectory") if isinstance(rec.get("trajectory"), list) else []
     steps = []
@@ -87,8 +95,16 @@ def _record(path: Path, line: int, rec: dict, problems: Problems, tool_map) -> T
         )
     first = min(s[0] for s in model)
     last = max([s[1] for s in model] + [s[1] for s in env])
-    return Trajectory(rid, file, line, steps, timestamp(first),
-                      setup=_seconds(timing.get("setup")), reward=_seconds(timing.get("scoring")), wall=last - first)  # fmt: skip
+    return Trajectory(
+        rid,
+        file,
+        line,
+        steps,
+        timestamp(first),
+        setup=_seconds(timing.get("setup")),
+        reward=_seconds(timing.get("scoring")),
+        wall=last - first,
+    )
 
 
 def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None = None) -> TraceSet:
