@@ -368,6 +368,12 @@ def probe(
     pin_slots: bool = typer.Option(
         False, "--pin-slots", help="openai, llama.cpp's server: each client keeps to its own slot (id_slot)."
     ),
+    tool_speed: bool = typer.Option(
+        False,
+        "--tool-speed",
+        help="Time a CPU- and I/O-bound command set in one sandbox and on this host "
+        "(calibrate turns it into the substrate's tool_speed).",
+    ),
 ) -> None:
     """Time create, exec, file transfer and teardown of real sandboxes (or, with ``openai``, the
     first token and the output tokens of an OpenAI-compatible server); append JSONL records."""
@@ -419,7 +425,7 @@ def probe(
         raise InputError(f"--image-mb: expected MB >= 0 (0 skips the task image loads), got {image_mb}.")
     plan = ProbePlan(
         sandboxes, commands, levels, mode, gap, image, command, reset=reset or None, image_mb=image_mb,
-        think=think, think_draw=think_draw,
+        think=think, think_draw=think_draw, tool_speed=tool_speed,
     )  # fmt: skip
     counts: dict[str, int] = {}
 

@@ -700,7 +700,8 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
     if subs is not None and not isinstance(subs, list):
         raise InputError(f"{path}: field 'substrates' must be a list of substrates, got {subs!r}.")
     data = copy.deepcopy(data)
-    if isinstance(data.get("workload"), dict) and ({"import", "replay"} & set(data["workload"])):
+    wl = data.get("workload")
+    if isinstance(wl, dict) and ("import" in wl or ("replay" in wl and not isinstance(wl["replay"], dict))):
         from .traces.scenario_io import expand_workload
 
         data["workload"] = expand_workload(data["workload"], path, data.get("training") is not None)

@@ -393,6 +393,7 @@ def calibrate(
     records, unanswered = _answered(records)
     by_phase = _check(records)
     pulls = by_phase.pop("pull", [])
+    tools = by_phase.pop("tool", [])  # the tool speed command set (calibration/tool_speed.py)
     paced = any(r.get("think") for r in records)  # ``probe --think``: commands spaced like turns
     shared = shared and points == "per-operation"
     load = dict(zip((id(r) for r in records), in_flight(records)))
@@ -486,6 +487,12 @@ def calibrate(
         # one probing client measured what its own operations in flight do; across many rollout
         # clients of a hosted service that curve applies per client, not to the whole service
         substrate["contention"]["scope"] = "client"
+    if tools:
+        from .tool_speed import factors
+
+        speed = factors(tools)
+        if speed:
+            substrate["tool_speed"] = speed
     rate = pull_rate(pulls)
     if rate:
         substrate["image_cache"] = {"pull_mb_s": rate, "cache_gb": image_cache_gb}
