@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+MAX_CONTEXT = 160_000  # tokens: beyond, the harness compacts the context to the prompt
 TOOLS = {  # name: (category, median s, sigma of the log)
     "Bash": ("shell", 0.8, 1.2),
     "Read": ("read", 0.05, 0.8),
@@ -72,7 +73,7 @@ def generate(
         f = float(np.exp(rng.normal(0.0, 0.7))) if correlated else 1.0
         k = max(1, int(round(steps_median * np.exp(rng.normal(0.0, 0.6)) * (f if correlated else 1.0))))
         traj = SynthTrajectory(f"sess-{seed}-{i:05d}", t0 + 3600.0 * i)
-        ctx = int(rng.integers(4000, 12000))
+        ctx = prompt = int(rng.integers(4000, 12000))
         for s in range(k):
             out_tok = int(max(1, round(np.exp(rng.normal(np.log(250), 0.9)))))
             llm = 0.4 + 0.008 * out_tok if linear_llm else float(np.exp(rng.normal(np.log(2.0), 0.7)))
@@ -82,8 +83,8 @@ def generate(
                 name = names[int(rng.choice(len(names), p=[0.5, 0.2, 0.12, 0.1, 0.08]))]
                 _, med, sig = TOOLS[name]
                 calls.append((name, round(float(med * f * np.exp(rng.normal(0.0, sig))), 4)))
-            append = int(np.exp(rng.normal(np.log(900), 1.0))) if s else 0
-            ctx = ctx + append
+            append = int(np.exp(rng.normal(np.log(900), 1.0)) * f) if s else 0
+            ctx = ctx + append if ctx + append <= MAX_CONTEXT else prompt + append  # the harness compacts
             cached = int(ctx - append - (0 if rng.random() < 0.9 else min(ctx - append, 2000)))
             gap = float(np.exp(rng.normal(np.log(30), 1.0))) if s and rng.random() < human else 0.0
             traj.steps.append(
@@ -129,8 +130,12 @@ def _timeline(traj: SynthTrajectory):
 
 
 def write_tracelab(trajs: list[SynthTrajectory], path: Path, pad: int = 0) -> Path:
-    """TraceLab round_trace JSONL (``pad``: characters of filler per row, for streaming tests)."""
-    with open(path, "w") as f:
+    """TraceLab round_trace JSONL, gzipped when ``path`` ends in .gz (``pad``: characters of
+    filler per row, for streaming tests)."""
+    import gzip
+
+    opener = gzip.open if Path(path).suffix == ".gz" else open
+    with opener(path, "wt") as f:
         for traj in trajs:
             prev: list = []
             for k, (s, g0, g1, calls, user) in enumerate(_timeline(traj)):
