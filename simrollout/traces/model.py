@@ -41,7 +41,7 @@ class Step:
     @property
     def overlap(self) -> bool:
         """The calls overlapped in time: the step's tool time is below their sum."""
-        return len(self.calls) > 1 and self.tool < sum(c.latency for c in self.calls) - 1e-6
+        return len(self.calls) > 1 and self.tool < sum(c.latency for c in self.calls) - 1e-3  # ms resolution
 
 
 @dataclass

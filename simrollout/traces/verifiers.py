@@ -6,7 +6,7 @@ response after each turn but the last); ``trajectory[]``: per turn the assistant
 ``tool_calls[]`` names and ``response.usage.{prompt_tokens, completion_tokens}`` (else the
 lengths of ``tokens.prompt_ids`` / ``completion_ids``). The format separates model time from
 environment time natively: a step's LLM time is its model span, its tool time the env span
-after it, shared equally by its tool calls (one call named ``env`` when the turn names none).
+after it, shared equally by its tool calls (one call named ``env`` when the record has no turn).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def _record(path: Path, line: int, rec: dict, problems: Problems, tool_map) -> T
     for k, (a, b) in enumerate(model):
         names, p, o = _turn(turns[k] if k < len(turns) else None)
         tool = env[k][1] - env[k][0] if k < len(env) else 0.0
-        if not names and k < len(env):
+        if not names and k < len(env) and k >= len(turns):  # no turn record: the env span as one call
             names = ["env"]
         calls = [Call(n, category(n, override=tool_map), tool / len(names)) for n in names]
         steps.append(
