@@ -157,3 +157,15 @@ def test_replay_scenario_errors(traces, tmp_path):
         _scn(tmp_path / "nope.jsonl", "tracelab", tmp_path)
     with pytest.raises(InputError, match="format"):
         _scn(path, "tracelab2", tmp_path)
+
+
+def test_replay_in_the_training_loop(traces, tmp_path):
+    _, (path,) = traces["tracelab"]
+    training = {"prompts_per_step": 4, "samples_per_prompt": 4, "steps": 3, "train_time": 5.0}
+    scn = _scn(path, "tracelab", tmp_path, _top={"training": training, "cluster": {"concurrency": 8,
+               "inference": {"engines": 2}}})  # fmt: skip
+    assert scn.workload.trajectories is None and scn.trajectories > 60  # the loop's budget, bootstrapped
+    res = run_scenario(scn)
+    assert (
+        len(res.steps) == 3 and (res.steps["samples"] == 16).all() and (res.steps["generation_s"] > 0).all()
+    )
