@@ -467,6 +467,12 @@ def probe(
         help="Sandboxes (openai: requests) per reference block, repeated at the start, middle and end "
         "at the first and the top level to read the machine's drift (0: no reference blocks).",
     ),
+    tool_speed: bool = typer.Option(
+        False,
+        "--tool-speed",
+        help="Time a CPU- and I/O-bound command set in one sandbox and on this host "
+        "(calibrate turns it into the substrate's tool_speed).",
+    ),
 ) -> None:
     """Time create, exec, file transfer and teardown of real sandboxes (or, with ``openai``, the
     first token and the output tokens of an OpenAI-compatible server); append JSONL records."""
@@ -522,7 +528,7 @@ def probe(
     image = be.default_image if image is None else image
     plan = ProbePlan(
         sandboxes, commands, levels, mode, gap, image, command, reset=reset or None, image_mb=image_mb,
-        think=think, think_draw=think_draw, reference=reference,
+        think=think, think_draw=think_draw, reference=reference, tool_speed=tool_speed,
     )  # fmt: skip
     counts: dict[str, int] = {}
 
@@ -1187,6 +1193,11 @@ def _calibrate_engine(records, name, out, kv_capacity, max_running) -> None:
             typer.echo(f"  {key:15s} n={row['n']:<3d} TPOT {row['tpot_rel_error']:+.1%}{ttft}")
     _say_uncertainty(profile["uncertainty"])
     typer.echo(f"wrote {out}")
+
+
+from .cli_workload import workload as _workload  # noqa: E402
+
+app.command()(_workload)
 
 
 def main() -> None:

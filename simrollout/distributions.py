@@ -366,6 +366,10 @@ class Mixture(_Base):
         return w / w.sum()
 
     def sample(self, rng, size):
+        return self.sample_which(rng, size)[0]
+
+    def sample_which(self, rng, size) -> tuple[np.ndarray, np.ndarray]:
+        """Draws and the component each came from (the same stream as :meth:`sample`)."""
         u = rng.random(size, dtype=np.float32)
         which = np.zeros(size, dtype=np.int8)
         for edge in np.cumsum(self.probs)[:-1]:
@@ -374,7 +378,7 @@ class Mixture(_Base):
         for k, comp in enumerate(self.components):
             idx = np.flatnonzero(which == k)
             out[idx] = comp.dist.sample(rng, idx.size)
-        return out
+        return out, which
 
     def mean(self):
         return float(sum(p * c.dist.mean() for p, c in zip(self.probs, self.components)))

@@ -100,7 +100,7 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
     # draw each distinct workload once, before forking, so every cell inherits it
     for i, key in tasks:
         s = scenarios[i]
-        work_for(s, key.replication, s.resolved_fidelity() == "step", jobs)
+        work_for(s, key.replication, s.resolved_fidelity() == "step", jobs, s.substrates[key.substrate])
     done = 0
     pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_ignore_interrupts)
     try:

@@ -62,7 +62,7 @@ _WORK: dict[tuple, Work] = {}
 CDF_LEVELS = np.linspace(0.0, 1.0, 401)
 
 
-def _work_key(scn: Scenario, rep: int, detail: bool) -> tuple:
+def _work_key(scn: Scenario, rep: int, detail: bool, sub=None) -> tuple:
     return (
         json.dumps(scn.workload.model_dump(mode="json", by_alias=True), sort_keys=True),
         scn.seed,
@@ -70,15 +70,19 @@ def _work_key(scn: Scenario, rep: int, detail: bool) -> tuple:
         scn.policy.timeout,  # which bodies keep their per-step detail
         rep,
         detail,
+        None if sub is None else tuple(sorted(sub.tool_speed.items())),  # tool latencies differ by substrate
     )
 
 
-def work_for(scn: Scenario, rep: int, detail: bool, jobs: int = 1) -> Work:
-    key = _work_key(scn, rep, detail)
+def work_for(scn: Scenario, rep: int, detail: bool, jobs: int = 1, sub=None) -> Work:
+    """The workload of replication ``rep``; with a substrate that has ``tool_speed`` factors,
+    its own (the same draws, its tool latencies scaled)."""
+    sub = sub if sub is not None and sub.tool_speed else None
+    key = _work_key(scn, rep, detail, sub)
     if key not in _WORK:
         if len(_WORK) >= 4:
             _WORK.pop(next(iter(_WORK)))
-        _WORK[key] = draw_work(scn, rep, detail, jobs)
+        _WORK[key] = draw_work(scn, rep, detail, jobs, sub)
     return _WORK[key]
 
 
@@ -94,7 +98,7 @@ def run_cell(
     ``keep``, its per-trajectory records. ``sink(records, first_index)`` sees every chunk."""
     fid = scn.resolved_fidelity()
     sub = scn.substrates[key.substrate]
-    work = work_for(scn, key.replication, fid == "step")
+    work = work_for(scn, key.replication, fid == "step", sub=sub)
     pilot = None
     if scn.workload.tokens is not None and fid != "step":  # the engines' load, from a pilot
         pilot = run_pilot(scn, sub, key.concurrency, key.replication)

@@ -43,11 +43,33 @@ class _Model(BaseModel):
         return no_bools(data, cls.model_fields)
 
 
+TOOL_CATEGORIES = ("shell", "read", "edit", "search", "test", "web", "other")
+
+
 class Tool(_Model):
-    """One tool category: its share of calls and its latency."""
+    """One tool category: its share of calls and its latency. ``category`` (default: the tool's
+    name when it is one of :data:`TOOL_CATEGORIES`) picks the substrate's ``tool_speed`` factor."""
 
     weight: PositiveFloat
     latency: Dist
+    category: Literal["shell", "read", "edit", "search", "test", "web", "other"] | None = None
+
+
+class Replay(_Model):
+    """A trace replayed (``workload: {replay: PATH, format: FORMAT}``): its trajectories' steps,
+    tool calls and latencies, and LLM times (``llm: time``) or tokens (``llm: tokens``)."""
+
+    path: str = Field(min_length=1)
+    format: Literal["tracelab", "atif", "verifiers", "swe-agent", "mini-swe-agent"]
+    # auto: the trace's trajectories in order, then whole ones drawn with replacement; always:
+    # every one drawn with replacement (replications differ); never: refuse a longer run
+    resample: Literal["auto", "always", "never"] = "auto"
+    llm: Literal["time", "tokens"] = "time"
+    overlap: Literal["trace", "max", "sum"] = "trace"  # a step's overlapping tool calls
+    on_bad: Literal["skip", "refuse"] = "refuse"
+    tool_map: dict[str, Literal["shell", "read", "edit", "search", "test", "web", "other"]] = {}
+    draw: tuple[Literal["llm_time", "setup", "reward"], ...] = ()  # set beside replay: drawn, not replayed
+    size: PositiveInt | None = None  # trajectories in the trace (set when the trace is read)
 
 
 def _non_negative(d: Dist, what: str) -> Dist:
@@ -95,6 +117,7 @@ class Workload(_Model):
     setup: Dist | None = None
     reward: Dist | None = None
     images: Images | None = None
+    replay: Replay | None = None  # set by ``workload: {replay: ...}`` (simrollout.traces.scenario_io)
 
     @model_validator(mode="after")
     def _one_llm_model(self):
@@ -256,6 +279,13 @@ class Substrate(_Model):
     billing: Billing = Billing()
     image_cache: ImageCache | None = None  # none: task images are always ready (e.g. prebuilt snapshots)
     reset: Dist | None = None  # reusing a sandbox for the next sample of its task (policy.reuse)
+    # per tool category (or tool name): tool latency x factor on this substrate (``probe`` measures it)
+    tool_speed: dict[str, PositiveFloat] = {}
+
+    def speed_of(self, names: list[str]) -> np.ndarray | None:
+        """Factors for tool categories (or names) ``names``; None when every one is 1."""
+        f = np.array([float(self.tool_speed.get(n, self.tool_speed.get("default", 1.0))) for n in names])
+        return None if np.all(f == 1.0) else f
 
 
 class IterationTime(_Model):
@@ -531,6 +561,17 @@ class Scenario(_Model):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _replay_long_enough(self):
+        rp = self.workload.replay
+        if rp is not None and rp.resample == "never" and rp.size and self.trajectories > rp.size:
+            raise ValueError(
+                f"workload.replay holds {rp.size:,} trajectories and the run needs {self.trajectories:,}, "
+                "with resample 'never'; set resample 'auto' (whole trajectories drawn again beyond the "
+                "trace) or run fewer trajectories"
+            )
+        return self
+
     def samples_per_task(self) -> int:
         """Trajectories in a row that run one task (its image; the group a sandbox is reused in)."""
         img = self.workload.images
@@ -694,6 +735,11 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
     if subs is not None and not isinstance(subs, list):
         raise InputError(f"{path}: field 'substrates' must be a list of substrates, got {subs!r}.")
     data = copy.deepcopy(data)
+    wl = data.get("workload")
+    if isinstance(wl, dict) and ("import" in wl or ("replay" in wl and not isinstance(wl["replay"], dict))):
+        from .traces.scenario_io import expand_workload
+
+        data["workload"] = expand_workload(data["workload"], path, data.get("training") is not None)
     for i, sub in enumerate(data.get("substrates") or []):
         if isinstance(sub, dict) and isinstance(sub.get("profile"), str):
             prof = load_profile(_resolve(sub["profile"], path, where=f"substrates.{i}.profile"))

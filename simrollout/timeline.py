@@ -35,7 +35,9 @@ def record(scn: Scenario, substrate: int = 0, concurrency: int | None = None) ->
     """Simulate one cell with tracing on: ``(spans, engine changes)``."""
     check(scn)
     c = concurrency or scn.cluster.levels[0]
-    cell = Cell(scn, scn.substrates[substrate], c, 0, work_for(scn, 0, True), "step")
+    cell = Cell(
+        scn, scn.substrates[substrate], c, 0, work_for(scn, 0, True, sub=scn.substrates[substrate]), "step"
+    )
     cell.trace, cell.tier.trace = [], []
     cell.run()
     return cell.trace, cell.tier.trace

@@ -79,22 +79,68 @@ def _sum_by(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.ndarray]:
-    """Workload of trajectories ``c * CHUNK ...`` from the chunk's own stream."""
+def tool_speeds(scn: Scenario, sub: Substrate | None) -> np.ndarray | None:
+    """The substrate's tool speed factor per tool (or, replaying, per trace category); None
+    when every factor is 1."""
+    if sub is None or not sub.tool_speed:
+        return None
+    wl = scn.workload
+    if wl.replay is not None:
+        from .traces.replay import load
+
+        return sub.speed_of(list(load(wl.replay).categories))
+    return sub.speed_of([t.category or name for name, t in wl.tools.items()])
+
+
+def _replayed(scn: Scenario, rep: int, c: int, m: int, rng) -> dict[str, np.ndarray]:
+    """A chunk's per-step arrays from the trace (:mod:`simrollout.traces.replay`); fields set
+    beside ``replay`` (``draw``) are drawn from ``rng`` instead."""
+    from .traces.replay import gather, load, pick
+
+    wl, rp = scn.workload, scn.workload.replay
+    data = load(rp)
+    part = gather(data, pick(rp, data, scn.seed, rep, c, c * CHUNK, m), wl.max_turns)
+    if "llm_time" in rp.draw:
+        part["step_llm"] = wl.llm_time.sample(rng, int(part["steps"].sum()))
+    for f in ("setup", "reward"):
+        if f in rp.draw:
+            part[f] = getattr(wl, f).sample(rng, m)
+    return part
+
+
+def _draw_chunk(
+    scn: Scenario, rep: int, detail: bool, c: int, speed: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Workload of trajectories ``c * CHUNK ...`` from the chunk's own stream (or, replaying a
+    trace, the trace's trajectories); ``speed``: tool latency factors per tool (tool_speeds)."""
     wl = scn.workload
     m = min(CHUNK, scn.trajectories - c * CHUNK)
     rng = stream(scn.seed, rep, "workload", c)
-    steps = _counts(wl.steps, rng, m, 1)
-    if wl.max_turns:  # the harness's turn limit
-        steps = np.minimum(steps, wl.max_turns)
-    n_steps = int(steps.sum())
-    # with a token workload, a turn's time alone on an engine (the serving engines add the load)
-    step_llm = wl.llm_time.sample(rng, n_steps) if wl.llm_time is not None else None
-    if wl.tokens is not None:  # own stream: the other draws stay as they are
-        tok = _tokens(wl.tokens, stream(scn.seed, rep, "tokens", c), m, n_steps)
-        step_llm = unloaded_turns(tok, steps, scn.cluster.inference.engine, wl.tokens.max_context)
-    step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
-    call_tool = tool_mixture(scn).sample(rng, int(step_calls.sum()))
+    tok = None
+    if wl.replay is not None:
+        part = _replayed(scn, rep, c, m, rng)
+        steps, step_llm, step_calls = part["steps"], part["step_llm"], part["step_calls"]
+        call_tool, which = part["call_tool"], part["call_category"]
+        if wl.tokens is not None:
+            tok = {k: part[k] for k in ("prompt", "step_append", "step_output")}
+            step_llm = unloaded_turns(tok, steps, scn.cluster.inference.engine, wl.tokens.max_context)
+        setup, reward = part["setup"], part["reward"]
+    else:
+        steps = _counts(wl.steps, rng, m, 1)
+        if wl.max_turns:  # the harness's turn limit
+            steps = np.minimum(steps, wl.max_turns)
+        n_steps = int(steps.sum())
+        # with a token workload, a turn's time alone on an engine (the serving engines add the load)
+        step_llm = wl.llm_time.sample(rng, n_steps) if wl.llm_time is not None else None
+        if wl.tokens is not None:  # own stream: the other draws stay as they are
+            tok = _tokens(wl.tokens, stream(scn.seed, rep, "tokens", c), m, n_steps)
+            step_llm = unloaded_turns(tok, steps, scn.cluster.inference.engine, wl.tokens.max_context)
+        step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
+        call_tool, which = tool_mixture(scn).sample_which(rng, int(step_calls.sum()))
+        setup = wl.setup.sample(rng, m) if wl.setup else np.zeros(m)
+        reward = wl.reward.sample(rng, m) if wl.reward else np.zeros(m)
+    if speed is not None:  # this substrate runs each category's commands faster or slower
+        call_tool = call_tool * speed[which]
     if wl.tool_timeout:  # the harness cuts a tool call here and returns an error to the agent
         call_tool = np.minimum(call_tool, wl.tool_timeout)
     calls = _sum_by(step_calls, steps).astype(np.int64)
@@ -104,12 +150,12 @@ def _draw_chunk(scn: Scenario, rep: int, detail: bool, c: int) -> dict[str, np.n
         "calls": calls,
         "llm": llm,
         "tool": tool,
-        "setup": wl.setup.sample(rng, m) if wl.setup else np.zeros(m),
-        "reward": wl.reward.sample(rng, m) if wl.reward else np.zeros(m),
+        "setup": setup,
+        "reward": reward,
     }
     if detail:
         out.update(step_llm=step_llm, step_calls=step_calls, call_tool=call_tool)
-        if wl.tokens is not None:
+        if tok is not None:
             out.update(tok)
     out["kept"] = {}
     if scn.policy.timeout and not detail:
@@ -189,12 +235,15 @@ def check_memory(scn: Scenario) -> None:
         )
 
 
-def draw_work(scn: Scenario, rep: int, detail: bool = False, jobs: int = 1) -> Work:
+def draw_work(
+    scn: Scenario, rep: int, detail: bool = False, jobs: int = 1, sub: Substrate | None = None
+) -> Work:
     """Draw every trajectory's workload for replication ``rep`` (chunks in ``jobs`` processes),
-    filling preallocated arrays as chunks arrive so the peak is the result plus a few chunks."""
+    filling preallocated arrays as chunks arrive so the peak is the result plus a few chunks.
+    ``sub``: apply its tool speed factors (the other draws are the same on every substrate)."""
     n = scn.trajectories
     chunks = range(-(-n // CHUNK))
-    draw = partial(_draw_chunk, scn, rep, detail)
+    draw = partial(_draw_chunk, scn, rep, detail, speed=tool_speeds(scn, sub))
     kinds = {"steps": np.int32, "calls": np.int32}
     sums = ("steps", "calls", "llm", "tool", "setup", "reward")
     out = {k: np.empty(n, dtype=kinds.get(k, np.float64)) for k in sums}
@@ -330,7 +379,7 @@ class ChunkDetail:
 
 def chunk_detail(scn: Scenario, sub: Substrate, rep: int, work: Work, chunk: int) -> ChunkDetail:
     """Redraw one chunk with its per-step detail (the same streams, so the same totals)."""
-    part = _draw_chunk(scn, rep, True, chunk)
+    part = _draw_chunk(scn, rep, True, chunk, tool_speeds(scn, sub))
     over = draw_substrate(scn, sub, rep, work, chunk, detail=True).call_overhead
     zero = np.zeros(1, dtype=np.int64)
     return ChunkDetail(

@@ -84,10 +84,11 @@ def refit(blocks, rng, point: dict, fit_args: dict, choices: dict) -> dict:
 
     by_phase = by_phase_of(resample(blocks, rng))
     by_phase.pop("pull", None)
+    by_phase.pop("tool", None)  # tool speed is a ratio of the host, not a latency fit
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sub, _, _ = fit_substrate(by_phase, **fit_args, choices=choices)
-    for key in ("image_cache",):  # not refitted: kept as the point fit has it
+    for key in ("image_cache", "tool_speed"):  # not refitted: kept as the point fit has it
         if key in point:
             sub[key] = point[key]
     if "scope" in point.get("contention", {}):

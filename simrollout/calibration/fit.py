@@ -575,11 +575,18 @@ def calibrate(
     annotated = annotate(records, shared, weights)
     by_phase = by_phase_of(annotated)
     pulls = by_phase.pop("pull", [])
+    tools = by_phase.pop("tool", [])  # the tool speed command set (calibration/tool_speed.py)
     substrate, fits_out, plots = fit_substrate(by_phase, criterion, points, weights, shared, paced)
     if records[0]["backend"] not in LOCAL and substrate["contention"]:
         # one probing client measured what its own operations in flight do; across many rollout
         # clients of a hosted service that curve applies per client, not to the whole service
         substrate["contention"]["scope"] = "client"
+    if tools:
+        from .tool_speed import factors
+
+        speed = factors(tools)
+        if speed:
+            substrate["tool_speed"] = speed
     rate = pull_rate(pulls)
     if rate:
         substrate["image_cache"] = {"pull_mb_s": rate, "cache_gb": image_cache_gb}

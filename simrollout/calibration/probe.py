@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import SubstrateError
 from .backends import Backend
 
-PHASES = ("create", "exec", "upload", "download", "teardown", "reset", "pull")
+PHASES = ("create", "exec", "upload", "download", "teardown", "reset", "pull", "tool")
 MODES = ("sequential", "staggered", "burst")
 THINK_DRAWS = ("fixed", "exponential")
 # concurrency levels a probe covers by default: dense, since creates happen near a level's count
@@ -107,6 +107,7 @@ class ProbePlan:
     # as a rollout's do); "fixed": every wait ``think`` (their commands stay in step and collide)
     think_draw: str = "fixed"
     seed: int = 0  # the drawn waits: the same plan waits the same
+    tool_speed: bool = False  # time the command set of calibration/tool_speed.py in one sandbox
     # reference blocks (the drift, simrollout.calibration.drift): this many sandboxes at the first
     # level and one fill of the top level (at least this many), at the start, between ``middle``
     # + 1 equal parts of the levels and at the end; 0 (here): none; ``simrollout probe``: REFERENCE
@@ -228,6 +229,12 @@ def probe(
                 data, path = os.urandom(4096), "/tmp/simrollout.bin"
                 timed("upload", level, idx, lambda: backend.upload(box, path, data))
                 timed("download", level, idx, lambda: _same(data, backend.download(box, path)))
+            if plan.tool_speed and idx == 0 and first and not stop.is_set():
+                from .tool_speed import run_set
+
+                run_set(
+                    lambda label, fn: timed("tool", level, idx, fn, label), lambda c: backend.exec(box, c)
+                )
             if plan.reset and first and not stop.is_set():
                 timed("reset", level, idx, lambda: backend.exec(box, plan.reset), plan.reset)
         finally:
