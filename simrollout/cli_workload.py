@@ -34,7 +34,7 @@ def workload(
     tool_map: str = typer.Option(
         "",
         help="Tool name -> category overrides: name=category,... (shell, read, "
-        "edit, search, test, web, other).",
+        "edit, search, test, web, other; default: none, TraceLab's tool sets decide).",
     ),
     overlap: str = typer.Option(
         "trace", help="A step's overlapping tool calls: trace (as it shows), max or sum."
