@@ -1,0 +1,89 @@
+"""``simrollout validate suite``: the options checked, the target built, the suite run and written."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import InputError
+from . import suite_report
+from .suite import DEFAULT_BOOTSTRAP, Cell, SuitePlan, rows_table, run_suite
+
+
+def _ints(text: str, option: str) -> list[int]:
+    try:
+        out = [int(v) for v in text.split(",")]
+        assert out and all(v > 0 for v in out)
+    except (ValueError, AssertionError):
+        raise InputError(f"{option}: expected positive integers like 8,16,32 (got '{text}').") from None
+    return out
+
+
+def _pick(known: tuple, names: str | None, option: str) -> list:
+    if names is None:
+        return list(known)
+    by_name = {w.name: w for w in known}
+    out = []
+    for n in names.split(","):
+        if n not in by_name:
+            raise InputError(f"{option}: unknown workload '{n}'; expected one of {sorted(by_name)}.")
+        out.append(by_name[n])
+    return out
+
+
+def run_suite_command(record: Path, engine: str | None, model: str, extra: dict, levels: str | None,
+                      workloads: str | None, repeats: int, max_repeats: int, bootstrap: int | None,
+                      seed: int, image: str, echo: Callable[[str], None] = print) -> None:  # fmt: skip
+    if repeats < 3:
+        raise InputError(f"--repeats: expected at least 3 real repeats per cell (a t-interval over "
+                         f"fewer says little), got {repeats}.")  # fmt: skip
+    if max_repeats < repeats:
+        raise InputError(f"--max-repeats: expected at least --repeats ({repeats}), got {max_repeats}.")
+    if bootstrap is not None and bootstrap < 0:
+        raise InputError(f"--bootstrap: expected a count of refits (0 or more), got {bootstrap}.")
+    if record.exists() and not record.is_dir():
+        raise InputError(f"--record {record}: is a file; expected the validation folder.")
+    if engine:
+        from .suite_engine import ENGINE_LEVELS, ENGINE_WORKLOADS, EngineTarget, engine_notes
+
+        chosen, lv = _pick(ENGINE_WORKLOADS, workloads, "--workloads"), ENGINE_LEVELS
+        target = EngineTarget(engine, model, extra, record / "engine", seed)
+        notes = engine_notes
+    else:
+        from .backends import get_backend
+        from .suite import DOCKER_LEVELS, DOCKER_WORKLOADS
+        from .suite_docker import DockerTarget, docker_notes
+
+        chosen, lv = _pick(DOCKER_WORKLOADS, workloads, "--workloads"), DOCKER_LEVELS
+        target = DockerTarget(get_backend("docker"), record / "docker", image, seed)
+        notes = docker_notes
+    lv = _ints(levels, "--levels") if levels else list(lv)
+    plan = SuitePlan([Cell(w, v) for w in chosen for v in lv], repeats, max_repeats, seed,
+                     DEFAULT_BOOTSTRAP if bootstrap is None else bootstrap)  # fmt: skip
+    t0 = time.time()
+
+    def log(msg: str) -> None:
+        echo(f"[{time.time() - t0:6.0f} s] {msg}")
+
+    results = run_suite(target, plan, log)
+    rows = rows_table(results)
+    command = "simrollout validate suite " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(
+        sys.argv) > 2 and sys.argv[1:3] == ["validate", "suite"] else "simrollout validate suite"  # fmt: skip
+    entry = suite_report.suite_entry(
+        target.name, rows, command.strip(), target.machine(),
+        {k: v for k, v in dataclasses.asdict(plan).items() if k != "cells"},
+        [{"name": w.name, "description": w.describe(), **dataclasses.asdict(w)} for w in chosen],
+        {r.cell.label: r.schedule for r in results},
+        {"cells": {r.cell.label: r.extra for r in results}, "notes": notes(results)},
+    )  # fmt: skip
+    suite_report.write(record, entry)
+    o = entry["overall"]
+    echo(f"{o['cells']} cells in {time.time() - t0:.0f} s: {o['pass']} pass, {o['miss']} miss, "
+         f"{o['indeterminate']} indeterminate; wrote {record}/REPORT.md, suite.json, history.csv")  # fmt: skip
+    for s in entry["summary"]:
+        echo(f"  {s['metric']:22s} MAPE {s['mape_pct']:5.1f}% (target {s['target_pct']:g}%)  coverage "
+             f"{s['coverage'] if s['coverage'] == s['coverage'] else float('nan'):.0%}")  # fmt: skip

@@ -1,0 +1,223 @@
+"""The validation suite on a sandbox backend (the local Docker engine): a probe block is a short
+probe at level 1 and at the cell's level (the recipe's paced commands); a real block is the
+cell's rollout run for real (:func:`validate.real_rollout`, every operation timed); a cell's
+profile is calibrated from its own probe blocks, with refits for the band where the fit makes
+them."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..scenario import Scenario, Substrate, scenario_from_dict
+from ..workload import draw_work
+from .suite import Cell, SuitePlan, Workload, point_and_band, simulate_band
+from .validate import LOAD_BINS, METRICS, OPS_COLUMNS, TARGETS, _waved, exec_by_load, real_rollout
+
+PROBE_COMMANDS, PROBE_THINK = 5, 1.0  # the README recipe's probe: paced commands, a fixed think
+LOW_SANDBOXES = 4  # lifecycles at level 1 per probe block (3 blocks: 12 creates, 60 execs)
+CLIENT = {"name": "client", "cold_start": 0, "exec_overhead": 0, "teardown": 0}  # the real side's
+
+
+def cell_scenario(w: Workload, level: int, substrate: dict, seed: int = 0) -> Scenario:
+    """The cell's rollout: ``w`` at ``level`` in flight on ``substrate`` (a profile reference or
+    an inline substrate); the workload's draws do not depend on the substrate."""
+    data = {
+        "version": 1, "name": f"suite-{w.name}-{level}", "seed": seed, "fidelity": "step",
+        "workload": {"trajectories": w.trajectories(level), "steps": w.steps, "llm_time": w.llm,
+                     "calls_per_step": 1, "tools": {"sleep": {"weight": 1, "latency": w.tool}}},
+        "substrates": [substrate], "cluster": {"concurrency": [level]},
+    }  # fmt: skip
+    if w.arrival_rate:
+        data["arrivals"] = {"kind": "poisson", "rate": w.arrival_rate}
+    return scenario_from_dict(data, Path.cwd() / "suite.yaml")
+
+
+def real_metrics(run: pd.DataFrame, level: int) -> dict[str, float]:
+    """One real run at one level (:data:`validate.REAL_COLUMNS`): every :data:`validate.METRICS`."""
+    d = _waved(run.reset_index(drop=True), level)
+    return {m: float(fn(d)) for m, fn in METRICS.items()}
+
+
+def measured(res) -> pd.DataFrame:
+    """A simulated run's :data:`validate.METRICS` per level, read off its records as off a real
+    run's (the same percentile definitions)."""
+    work = draw_work(res.scenario, 0)
+    rows = []
+    for key, rec in res.records.items():
+        d = pd.DataFrame({"start": rec.start, "end": rec.end, "cold": rec.cold, "llm": rec.llm,
+                          "tool": work.tool})  # fmt: skip
+        rows.append({"concurrency": key.concurrency, **real_metrics(d, key.concurrency)})
+    return pd.DataFrame(rows)
+
+
+# each target metric's summary column (banded by the refits) and its conversion to the metric
+BANDED_AS = {
+    "infra_per_trajectory": "worker_hours",  # wall time less LLM waits; less the tools' time
+    "makespan": "makespan_hours",
+    "duration_p50": "duration_p50",
+    "duration_p99": "duration_p99",
+    "cold_start_p50": "cold_start_p50",
+}
+
+
+def sim_metrics(scn: Scenario, level: int, draws: int) -> dict[str, dict]:
+    """The target metrics' simulated point and 90% band at ``level`` (:func:`suite.point_and_band`)."""
+    per_draw, refits, source = simulate_band(scn, measured, draws)
+    n, tool = scn.trajectories, float(np.mean(draw_work(scn, 0).tool))
+    convert = {"infra_per_trajectory": lambda v: v * 3600 / n - tool, "makespan": lambda v: v * 3600}
+    return {m: point_and_band(per_draw, refits, level, m, col, convert.get(m, float), source)
+            for m, col in BANDED_AS.items()}  # fmt: skip
+
+
+def fit_profile(records: list[dict], name: str, bootstrap: int, seed: int) -> dict:
+    """The profile calibrated from ``records`` (with ``bootstrap`` refits where the fit makes
+    them); the fit's warnings are kept in ``profile["warnings"]``."""
+    from .fit import calibrate
+
+    kw = (
+        {"bootstrap": bootstrap, "seed": seed}
+        if "bootstrap" in inspect.signature(calibrate).parameters
+        else {}
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = calibrate(records, name, **kw)
+    profile = out[0] if isinstance(out, tuple) else out
+    if caught:
+        profile["warnings"] = [str(w.message) for w in caught]
+    return profile
+
+
+def create_by_load(ops: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
+    """Real creates against the probe's at the same count of creates in flight at their start: per
+    band of that count (:data:`validate.LOAD_BINS`), the median create latency of each (``ratio``:
+    real over probe). The model reads a create's slowdown from the probe's creates; a ratio far
+    from 1 says the rollout's creates are not the probe's at that count."""
+    from .fit import in_flight
+
+    real = ops[ops.phase == "create"]
+    recs = real.assign(run_id=real.run).to_dict("records")
+    real = real.assign(load=in_flight(recs, "create") if recs else [])
+    probe = [r for r in records if r["phase"] == "create" and r["ok"] and not r.get("reference")]
+    pl = pd.DataFrame({"load": in_flight(probe, "create"), "latency": [r["latency"] for r in probe]})
+    rows = []
+    for name, x in (("real", real), ("probe", pl)):
+        x = x.assign(band=np.digitize(x.load, LOAD_BINS) - 1)
+        for b, g in x.groupby("band"):
+            rows.append(
+                {"band": int(b), "side": name, "creates": len(g), "median": float(g.latency.median())}
+            )
+    if not rows:
+        return pd.DataFrame(columns=["load", "real_creates", "real", "probe_creates", "probe", "ratio"])
+    t = pd.DataFrame(rows).pivot(index="band", columns="side", values=["creates", "median"])
+    out = []
+    for b in t.index:
+        lo = LOAD_BINS[max(b, 0)]
+        hi = LOAD_BINS[b + 1] if b + 1 < len(LOAD_BINS) else None
+        g = t.loc[b]
+        out.append({"load": f"{lo:g}" if hi == lo + 1 else f"{lo:g}-{hi - 1:g}" if hi else f"{lo:g}+",
+                    "real_creates": g.get(("creates", "real")), "real": g.get(("median", "real")),
+                    "probe_creates": g.get(("creates", "probe")), "probe": g.get(("median", "probe"))})  # fmt: skip
+    out = pd.DataFrame(out)
+    return out.assign(ratio=(out.real / out.probe).round(3))
+
+
+class DockerTarget:
+    """The suite on a sandbox backend (``backend``: a :mod:`.backends` backend); every probe
+    record, real run and fitted profile goes under ``folder/<cell>/``."""
+
+    name = "docker"
+    targets = TARGETS
+
+    def __init__(self, backend, folder: Path, image: str = "simrollout-busybox:local", seed: int = 0):
+        self.backend, self.folder, self.image, self.seed = backend, folder, image, seed
+        self.ops: dict[str, list] = {}
+        self.runs: dict[str, list[pd.DataFrame]] = {}
+
+    def _dir(self, cell: Cell) -> Path:
+        d = self.folder / cell.label.replace("@", "-")
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def probe(self, cell: Cell, block: int) -> list[dict]:
+        from .probe import ProbePlan, probe, read_records
+
+        out = self._dir(cell) / "probes.jsonl"
+        start = sum(1 for _ in out.open()) if out.exists() else 0
+        for level, boxes in ((1, LOW_SANDBOXES), (cell.level, 2 * cell.level)):
+            plan = ProbePlan(sandboxes=boxes, commands=PROBE_COMMANDS, levels=(level,), image=self.image,
+                             files=False, think=PROBE_THINK, pulls=0)  # fmt: skip
+            probe(self.backend, plan, out)
+        return [dict(r, block=block) for r in read_records([out])[start:]]
+
+    def real(self, cell: Cell, repeat: int) -> dict[str, float]:
+        scn = cell_scenario(cell.workload, cell.level, CLIENT, self.seed)
+        ops = self.ops.setdefault(cell.label, [])
+        run = real_rollout(self.backend, scn, self.image, run=repeat, ops=ops)
+        self.runs.setdefault(cell.label, []).append(run)
+        return real_metrics(run, cell.level)
+
+    def simulate(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, dict]:
+        from .fit import write_profile
+
+        d = self._dir(cell)
+        profile = fit_profile(records, f"suite-{cell.label}", plan.bootstrap, plan.seed)
+        warned = profile.pop("warnings", [])
+        write_profile(profile, d / "profile.yaml")
+        scn = cell_scenario(cell.workload, cell.level, {"profile": str(d / "profile.yaml")}, self.seed)
+        out = sim_metrics(scn, cell.level, plan.draws)
+        ops = pd.DataFrame(self.ops.get(cell.label, []), columns=OPS_COLUMNS)
+        pd.concat(self.runs.get(cell.label, [])).to_csv(d / "real.csv", index=False)
+        ops.to_csv(d / "ops.csv.gz", index=False)
+        sub = Substrate.model_validate({"name": "fitted", **profile["substrate"]})
+        by_load, creates = exec_by_load(ops, sub), create_by_load(ops, records)
+        by_load.to_csv(d / "exec_by_load.csv", index=False)
+        creates.to_csv(d / "create_by_load.csv", index=False)
+        out["_extra"] = {"exec_by_load": by_load.to_dict("records"), "create_by_load": creates.to_dict("records"),
+                         "warnings": warned}  # fmt: skip
+        return out
+
+    def machine(self) -> dict:
+        import os
+        import platform
+
+        return {"cpus": os.cpu_count(), "platform": platform.platform(), **self.backend.info()}
+
+
+def docker_plan_cells(workloads=None, levels=None) -> list[Cell]:
+    from .suite import DOCKER_LEVELS, DOCKER_WORKLOADS
+
+    return [Cell(w, lv) for w in workloads or DOCKER_WORKLOADS for lv in levels or DOCKER_LEVELS]
+
+
+def docker_notes(results) -> list[str]:
+    """What the per-operation readings show for each cell that missed a target: the real execs'
+    overhead against the profile's curve at their loads (``exec_by_load``), and the real creates
+    against the probe's at the same count of creates in flight (``create_by_load``)."""
+    lines = []
+    for res in results:
+        missed = [r["metric"] for r in res.rows if r["verdict"] == "miss"]
+        if not missed:
+            continue
+        ex = res.extra.get("exec_by_load") or []
+        everyone = next((r for r in ex if r["load"] == "all (mean)"), None)
+        parts = []
+        if everyone:
+            parts.append(f"exec overhead: the profile's curve at the real execs' loads {everyone['profile'] * 1e3:.0f} ms "
+                         f"against {everyone['real'] * 1e3:.0f} ms real ({everyone['diff_pct']:+.0f}%, {everyone['execs']} execs)")  # fmt: skip
+        cr = [r for r in res.extra.get("create_by_load") or [] if r.get("ratio") == r.get("ratio")
+              and r.get("ratio") is not None]  # fmt: skip
+        if cr:
+            parts.append("creates, real over probe at the same creates in flight: " + ", ".join(
+                f"{r['load']}: {r['real']:.2f} / {r['probe']:.2f} s" for r in cr))  # fmt: skip
+        lines.append(f"- {res.cell.label} missed {', '.join(missed)}. " + "; ".join(parts) + ".")
+    if lines:
+        lines.insert(0, "Where the model misses, what the per-operation readings (each cell's ops.csv.gz, "
+                        "exec_by_load.csv, create_by_load.csv) show:")  # fmt: skip
+        lines.insert(1, "")
+    return lines
