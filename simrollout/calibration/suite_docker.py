@@ -127,6 +127,16 @@ def create_by_load(ops: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
     return out.assign(ratio=(out.real / out.probe).round(3))
 
 
+def _gzip(path: Path) -> None:
+    """``path`` compressed to ``path.gz`` (appended to when there), then removed."""
+    import gzip
+
+    if path.exists():
+        with gzip.open(path.with_suffix(path.suffix + ".gz"), "ab") as out:
+            out.write(path.read_bytes())
+        path.unlink()
+
+
 class DockerTarget:
     """The suite on a sandbox backend (``backend``: a :mod:`.backends` backend); every probe
     record, real run and fitted profile goes under ``folder/<cell>/``."""
@@ -178,6 +188,7 @@ class DockerTarget:
         by_load, creates = exec_by_load(ops, sub), create_by_load(ops, records)
         by_load.to_csv(d / "exec_by_load.csv", index=False)
         creates.to_csv(d / "create_by_load.csv", index=False)
+        _gzip(d / "probes.jsonl")
         out["_extra"] = {"exec_by_load": by_load.to_dict("records"), "create_by_load": creates.to_dict("records"),
                          "warnings": warned}  # fmt: skip
         return out
