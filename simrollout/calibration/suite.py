@@ -2,10 +2,11 @@
 probe blocks and real-rollout blocks in a seeded, balanced alternating order, so the machine's
 drift falls on both sides (Kalibera & Jones 2013).
 
-Per cell: ``repeats`` pairs of blocks, each pair probe-then-real or real-then-probe, as many of
-one orientation as of the other (a linear drift then moves the probe's and the real side's mean
-time alike), shuffled by the seed. While a metric's real 95% half-width is above its target,
-another pair is added (the orientation that evens the count), up to ``max_repeats``. The cell's
+Per cell: probe and real blocks strictly alternating, beginning and ending with the same kind
+(drawn by the seed), so both kinds sit at the same mean time and a linear drift moves the
+fitted profile and the real mean alike; the cells run in a seeded random order. While a metric's
+real 95% half-width is above its target, two more blocks continue the alternation, up to
+``max_repeats`` real blocks. The cell's
 profile is then fitted from its own probe blocks, and the simulation of the cell gives the
 point and its 90% band (:func:`simulate_band`, the one place the band comes from).
 
@@ -113,29 +114,26 @@ class Target(Protocol):
 
 
 def block_order(repeats: int, rng: np.random.Generator, interleave: bool = True) -> list[str]:
-    """The blocks of a cell in order: ``repeats`` pairs, half probe-then-real and half
-    real-then-probe (one more of one kind when odd, drawn), shuffled; without ``interleave``
-    every probe block, then every real block.
+    """The blocks of a cell in order: probe and real blocks strictly alternating, beginning and
+    ending with the same kind (drawn): ``repeats`` real blocks between ``repeats + 1`` probe
+    blocks, or ``repeats + 1`` real blocks around ``repeats`` probe blocks. Either way both
+    kinds sit at the same mean time, so a linear drift moves the fitted profile and the real mean
+    alike. Without ``interleave``: every probe block, then every real block.
 
     >>> block_order(2, np.random.default_rng(0))
-    ['probe', 'real', 'real', 'probe']
+    ['real', 'probe', 'real', 'probe', 'real']
     """
     if not interleave:
         return ["probe"] * repeats + ["real"] * repeats
-    orient = [k % 2 for k in range(repeats)]
-    if repeats % 2 and rng.random() < 0.5:
-        orient[-1] = 1
-    rng.shuffle(orient)
-    return [b for o in orient for b in (("probe", "real") if o == 0 else ("real", "probe"))]
+    first, other = ("probe", "real") if rng.random() < 0.5 else ("real", "probe")
+    return [first if k % 2 == 0 else other for k in range(2 * repeats + 1)]
 
 
-def next_pair(order: list[str], rng: np.random.Generator) -> list[str]:
-    """The pair to add: the orientation that evens the probe-first and real-first counts so far
-    (drawn when they are even)."""
-    first = order[0::2]
-    lead = first.count("probe") - first.count("real")
-    probe_first = lead < 0 or (lead == 0 and rng.random() < 0.5)
-    return ["probe", "real"] if probe_first else ["real", "probe"]
+def next_pair(order: list[str]) -> list[str]:
+    """The two blocks to add, continuing the alternation (the order stays symmetric)."""
+    last = order[-1]
+    nxt = "real" if last == "probe" else "probe"
+    return [nxt, last]
 
 
 @dataclass
@@ -171,7 +169,7 @@ def run_cell(target: Target, cell: Cell, plan: SuitePlan, rng: np.random.Generat
     for kind in order:
         run(kind)
     while counts["real"] < plan.max_repeats and needs_repeats(real, target.targets):
-        pair = next_pair(order, rng)
+        pair = next_pair(order)
         order += pair
         for kind in pair:
             run(kind)
@@ -188,7 +186,9 @@ def run_suite(
 ) -> list[CellResult]:
     """Every cell of ``plan`` on ``target``, in the plan's order, its blocks as :func:`run_cell`."""
     rng = np.random.default_rng(plan.seed)
-    return [run_cell(target, cell, plan, rng, log) for cell in plan.cells]
+    order = rng.permutation(len(plan.cells)) if plan.interleave else range(len(plan.cells))
+    done = {int(k): run_cell(target, plan.cells[k], plan, rng, log) for k in order}
+    return [done[k] for k in range(len(plan.cells))]
 
 
 def rows_table(results: list[CellResult]) -> pd.DataFrame:

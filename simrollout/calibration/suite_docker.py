@@ -127,6 +127,20 @@ def create_by_load(ops: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
     return out.assign(ratio=(out.real / out.probe).round(3))
 
 
+def fitted_cell(records: list[dict], cell: Cell, plan: SuitePlan, folder: Path, seed: int = 0):
+    """The cell's simulated metrics (:func:`sim_metrics`) on the profile fitted from ``records``
+    (written to ``folder/profile.yaml``), and that profile (its fit's warnings under
+    ``warnings``)."""
+    from .fit import write_profile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    profile = fit_profile(records, f"suite-{cell.label}", plan.bootstrap, plan.seed)
+    warned = profile.pop("warnings", [])
+    write_profile(profile, folder / "profile.yaml")
+    scn = cell_scenario(cell.workload, cell.level, {"profile": str(folder / "profile.yaml")}, seed)
+    return sim_metrics(scn, cell.level, plan.draws), {**profile, "warnings": warned}
+
+
 def _gzip(path: Path) -> None:
     """``path`` compressed to ``path.gz`` (appended to when there), then removed."""
     import gzip
@@ -173,14 +187,9 @@ class DockerTarget:
         return real_metrics(run, cell.level)
 
     def simulate(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, dict]:
-        from .fit import write_profile
-
         d = self._dir(cell)
-        profile = fit_profile(records, f"suite-{cell.label}", plan.bootstrap, plan.seed)
-        warned = profile.pop("warnings", [])
-        write_profile(profile, d / "profile.yaml")
-        scn = cell_scenario(cell.workload, cell.level, {"profile": str(d / "profile.yaml")}, self.seed)
-        out = sim_metrics(scn, cell.level, plan.draws)
+        out, profile = fitted_cell(records, cell, plan, d, self.seed)
+        warned = profile.get("warnings", [])
         ops = pd.DataFrame(self.ops.get(cell.label, []), columns=OPS_COLUMNS)
         pd.concat(self.runs.get(cell.label, [])).to_csv(d / "real.csv", index=False)
         ops.to_csv(d / "ops.csv.gz", index=False)
