@@ -95,6 +95,7 @@ class SuitePlan:
     bootstrap: int = DEFAULT_BOOTSTRAP
     interleave: bool = True  # False: every probe block first, then every real block (biased by drift)
     draws: int = DRAWS
+    budget: float | None = None  # seconds: past it, no repeats are added (every cell keeps its base blocks)
 
 
 class Target(Protocol):
@@ -145,7 +146,7 @@ class CellResult:
 
 
 def run_cell(target: Target, cell: Cell, plan: SuitePlan, rng: np.random.Generator,
-             log: Callable[[str], None] = lambda s: None) -> CellResult:  # fmt: skip
+             log: Callable[[str], None] = lambda s: None, started: float | None = None) -> CellResult:  # fmt: skip
     """One cell's blocks in the suite's order, repeats added while it is indeterminate, then its
     rows (:func:`suite_stats.cell_rows`)."""
     records: list[dict] = []
@@ -168,7 +169,12 @@ def run_cell(target: Target, cell: Cell, plan: SuitePlan, rng: np.random.Generat
     order = block_order(plan.repeats, rng, plan.interleave)
     for kind in order:
         run(kind)
-    while counts["real"] < plan.max_repeats and needs_repeats(real, target.targets):
+    started = time.time() if started is None else started
+
+    def in_budget() -> bool:
+        return plan.budget is None or time.time() - started < plan.budget
+
+    while counts["real"] < plan.max_repeats and needs_repeats(real, target.targets) and in_budget():
         pair = next_pair(order)
         order += pair
         for kind in pair:
@@ -187,7 +193,8 @@ def run_suite(
     """Every cell of ``plan`` on ``target``, in the plan's order, its blocks as :func:`run_cell`."""
     rng = np.random.default_rng(plan.seed)
     order = rng.permutation(len(plan.cells)) if plan.interleave else range(len(plan.cells))
-    done = {int(k): run_cell(target, plan.cells[k], plan, rng, log) for k in order}
+    t0 = time.time()
+    done = {int(k): run_cell(target, plan.cells[k], plan, rng, log, t0) for k in order}
     return [done[k] for k in range(len(plan.cells))]
 
 

@@ -37,7 +37,8 @@ def _pick(known: tuple, names: str | None, option: str) -> list:
 
 def run_suite_command(record: Path, engine: str | None, model: str, extra: dict, levels: str | None,
                       workloads: str | None, repeats: int, max_repeats: int, bootstrap: int | None,
-                      seed: int, image: str, echo: Callable[[str], None] = print) -> None:  # fmt: skip
+                      seed: int, image: str, budget: float | None = None,
+                      echo: Callable[[str], None] = print) -> None:  # fmt: skip
     if repeats < 3:
         raise InputError(f"--repeats: expected at least 3 real repeats per cell (a t-interval over "
                          f"fewer says little), got {repeats}.")  # fmt: skip
@@ -45,6 +46,8 @@ def run_suite_command(record: Path, engine: str | None, model: str, extra: dict,
         raise InputError(f"--max-repeats: expected at least --repeats ({repeats}), got {max_repeats}.")
     if bootstrap is not None and bootstrap < 0:
         raise InputError(f"--bootstrap: expected a count of refits (0 or more), got {bootstrap}.")
+    if budget is not None and not budget > 0:
+        raise InputError(f"--budget: expected minutes > 0, got {budget}.")
     if record.exists() and not record.is_dir():
         raise InputError(f"--record {record}: is a file; expected the validation folder.")
     if engine:
@@ -63,7 +66,8 @@ def run_suite_command(record: Path, engine: str | None, model: str, extra: dict,
         notes = docker_notes
     lv = _ints(levels, "--levels") if levels else list(lv)
     plan = SuitePlan([Cell(w, v) for w in chosen for v in lv], repeats, max_repeats, seed,
-                     DEFAULT_BOOTSTRAP if bootstrap is None else bootstrap)  # fmt: skip
+                     DEFAULT_BOOTSTRAP if bootstrap is None else bootstrap,
+                     budget=None if budget is None else 60 * budget)  # fmt: skip
     t0 = time.time()
 
     def log(msg: str) -> None:

@@ -51,7 +51,7 @@ class SyntheticTarget:
     def probe(self, cell: Cell, block: int) -> list[dict]:
         sub, seed = true_substrate(self.factor()), 1000 + self.clock
         self.clock += 1
-        recs = simulate_probe(sub, levels=(1, cell.level), sandboxes=self.sandboxes, commands=self.commands,
+        recs = simulate_probe(sub, levels=(1, max(2, cell.level // 2), cell.level), sandboxes=self.sandboxes, commands=self.commands,
                               seed=seed)  # fmt: skip
         for k, r in enumerate(recs):  # each block its own runs (the probe's loads count within a run)
             r.update(run_id=f"{r['run_id']}-{cell.label}-{block}", _file="synthetic.jsonl", _line=k, block=block)
