@@ -827,8 +827,18 @@ def validate_suite(
     ),
     seed: int = typer.Option(0, help="Seed of the blocks' order."),
     image: str = typer.Option("simrollout-busybox:local", help="Docker: the image."),
-    budget: float | None = typer.Option(None, help="Minutes: past them no repeats are added (each cell "
-                                        "keeps its base blocks; a cell left indeterminate says so)."),
+    budget: float | None = typer.Option(
+        None,
+        help="Minutes: past them no repeats are added (each cell "
+        "keeps its base blocks; a cell left indeterminate says so).",
+    ),
+    refit: bool = typer.Option(
+        False,
+        "--refit",
+        help="Run nothing real: fit and simulate every recorded "
+        "cell again from its own probe blocks and real runs (another fit or model "
+        "version on the same sitting).",
+    ),
 ) -> None:
     """Held-out cells (workload x concurrency), each as probe blocks and real blocks in a seeded,
     balanced alternating order; each cell's profile fitted from its own probe blocks; per cell and
@@ -837,7 +847,8 @@ def validate_suite(
     from .calibration.suite_cli import run_suite_command
 
     run_suite_command(record, engine, model, _json_option(request_extra, "--request-extra"), levels,
-                      workloads, repeats, max_repeats, bootstrap, seed, image, budget, echo=typer.echo)  # fmt: skip
+                      workloads, repeats, max_repeats, bootstrap, seed, image, budget, refit,
+                      echo=typer.echo)  # fmt: skip
 
 
 def _exec_load_note(by_load) -> str:

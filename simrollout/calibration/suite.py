@@ -65,10 +65,14 @@ def _dist(d: dict | float) -> str:
 # fitting or choosing the model (every earlier held-out workload had Poisson arrivals and an LLM
 # wait of at least 0.3 s median; these differ from all of them)
 DOCKER_WORKLOADS = (
-    Workload("agent-batch", 10, {"kind": "lognormal", "median": 0.4, "p99": 2.5},
-             {"kind": "lognormal", "median": 0.7, "p99": 2.0}),
+    Workload(
+        "agent-batch",
+        10,
+        {"kind": "lognormal", "median": 0.4, "p99": 2.5},
+        {"kind": "lognormal", "median": 0.7, "p99": 2.0},
+    ),
     Workload("exec-burst", 10, {"kind": "lognormal", "median": 0.15, "p99": 1.0}),
-)  # fmt: skip
+)
 DOCKER_LEVELS = (8, 16, 32, 48)
 
 
@@ -145,8 +149,14 @@ class CellResult:
     extra: dict = field(default_factory=dict)  # a target's diagnostics (exec and create by load)
 
 
-def run_cell(target: Target, cell: Cell, plan: SuitePlan, rng: np.random.Generator,
-             log: Callable[[str], None] = lambda s: None, started: float | None = None) -> CellResult:  # fmt: skip
+def run_cell(
+    target: Target,
+    cell: Cell,
+    plan: SuitePlan,
+    rng: np.random.Generator,
+    log: Callable[[str], None] = lambda s: None,
+    started: float | None = None,
+) -> CellResult:
     """One cell's blocks in the suite's order, repeats added while it is indeterminate, then its
     rows (:func:`suite_stats.cell_rows`)."""
     records: list[dict] = []
@@ -158,7 +168,7 @@ def run_cell(target: Target, cell: Cell, plan: SuitePlan, rng: np.random.Generat
         k = counts[kind]
         t0 = time.time()
         if kind == "probe":
-            records.extend(target.probe(cell, k))
+            records.extend(dict(r, suite_block=k) for r in target.probe(cell, k))
         else:
             for m, v in target.real(cell, k).items():
                 real.setdefault(m, []).append(float(v))
@@ -179,6 +189,19 @@ def run_cell(target: Target, cell: Cell, plan: SuitePlan, rng: np.random.Generat
         order += pair
         for kind in pair:
             run(kind)
+    sim = target.simulate(cell, records, plan)
+    extra = sim.pop("_extra", {}) if isinstance(sim.get("_extra"), dict) else {}
+    rows = cell_rows(cell.key, real, sim, target.targets)
+    for row in rows:
+        row["band_source"] = sim[row["metric"]].get("source", "")
+    return CellResult(cell, rows, schedule, extra)
+
+
+def refit_cell(target, cell: Cell, plan: SuitePlan, schedule: list[dict]) -> CellResult:
+    """A recorded cell fitted and simulated again from its own probe blocks and real runs
+    (``target.recorded(cell)``), nothing real run: the same sitting under another version of the
+    fit or the model."""
+    records, real = target.recorded(cell)
     sim = target.simulate(cell, records, plan)
     extra = sim.pop("_extra", {}) if isinstance(sim.get("_extra"), dict) else {}
     rows = cell_rows(cell.key, real, sim, target.targets)

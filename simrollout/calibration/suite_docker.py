@@ -29,11 +29,20 @@ def cell_scenario(w: Workload, level: int, substrate: dict, seed: int = 0) -> Sc
     """The cell's rollout: ``w`` at ``level`` in flight on ``substrate`` (a profile reference or
     an inline substrate); the workload's draws do not depend on the substrate."""
     data = {
-        "version": 1, "name": f"suite-{w.name}-{level}", "seed": seed, "fidelity": "step",
-        "workload": {"trajectories": w.trajectories(level), "steps": w.steps, "llm_time": w.llm,
-                     "calls_per_step": 1, "tools": {"sleep": {"weight": 1, "latency": w.tool}}},
-        "substrates": [substrate], "cluster": {"concurrency": [level]},
-    }  # fmt: skip
+        "version": 1,
+        "name": f"suite-{w.name}-{level}",
+        "seed": seed,
+        "fidelity": "step",
+        "workload": {
+            "trajectories": w.trajectories(level),
+            "steps": w.steps,
+            "llm_time": w.llm,
+            "calls_per_step": 1,
+            "tools": {"sleep": {"weight": 1, "latency": w.tool}},
+        },
+        "substrates": [substrate],
+        "cluster": {"concurrency": [level]},
+    }
     if w.arrival_rate:
         data["arrivals"] = {"kind": "poisson", "rate": w.arrival_rate}
     return scenario_from_dict(data, Path.cwd() / "suite.yaml")
@@ -51,8 +60,9 @@ def measured(res) -> pd.DataFrame:
     work = draw_work(res.scenario, 0)
     rows = []
     for key, rec in res.records.items():
-        d = pd.DataFrame({"start": rec.start, "end": rec.end, "cold": rec.cold, "llm": rec.llm,
-                          "tool": work.tool})  # fmt: skip
+        d = pd.DataFrame(
+            {"start": rec.start, "end": rec.end, "cold": rec.cold, "llm": rec.llm, "tool": work.tool}
+        )
         rows.append({"concurrency": key.concurrency, **real_metrics(d, key.concurrency)})
     return pd.DataFrame(rows)
 
@@ -72,8 +82,10 @@ def sim_metrics(scn: Scenario, level: int, draws: int) -> dict[str, dict]:
     per_draw, refits, source = simulate_band(scn, measured, draws)
     n, tool = scn.trajectories, float(np.mean(draw_work(scn, 0).tool))
     convert = {"infra_per_trajectory": lambda v: v * 3600 / n - tool, "makespan": lambda v: v * 3600}
-    return {m: point_and_band(per_draw, refits, level, m, col, convert.get(m, float), source)
-            for m, col in BANDED_AS.items()}  # fmt: skip
+    return {
+        m: point_and_band(per_draw, refits, level, m, col, convert.get(m, float), source)
+        for m, col in BANDED_AS.items()
+    }
 
 
 def fit_profile(records: list[dict], name: str, bootstrap: int, seed: int) -> dict:
@@ -86,9 +98,17 @@ def fit_profile(records: list[dict], name: str, bootstrap: int, seed: int) -> di
         if "bootstrap" in inspect.signature(calibrate).parameters
         else {}
     )
+    from ..errors import InputError
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = calibrate(records, name, **kw)
+        try:
+            out = calibrate(records, name, **kw)
+        except InputError as exc:  # too thin to bootstrap: the point fit alone, said so
+            if not kw.get("bootstrap"):
+                raise
+            warnings.warn(f"no refits: {exc}", stacklevel=2)
+            out = calibrate(records, name, **{**kw, "bootstrap": 0})
     profile = out[0] if isinstance(out, tuple) else out
     if caught:
         profile["warnings"] = [str(w.message) for w in caught]
@@ -122,9 +142,15 @@ def create_by_load(ops: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
         lo = LOAD_BINS[max(b, 0)]
         hi = LOAD_BINS[b + 1] if b + 1 < len(LOAD_BINS) else None
         g = t.loc[b]
-        out.append({"load": f"{lo:g}" if hi == lo + 1 else f"{lo:g}-{hi - 1:g}" if hi else f"{lo:g}+",
-                    "real_creates": g.get(("creates", "real")), "real": g.get(("median", "real")),
-                    "probe_creates": g.get(("creates", "probe")), "probe": g.get(("median", "probe"))})  # fmt: skip
+        out.append(
+            {
+                "load": f"{lo:g}" if hi == lo + 1 else f"{lo:g}-{hi - 1:g}" if hi else f"{lo:g}+",
+                "real_creates": g.get(("creates", "real")),
+                "real": g.get(("median", "real")),
+                "probe_creates": g.get(("creates", "probe")),
+                "probe": g.get(("median", "probe")),
+            }
+        )
     out = pd.DataFrame(out)
     return out.assign(ratio=(out.real / out.probe).round(3))
 
@@ -141,6 +167,26 @@ def fitted_cell(records: list[dict], cell: Cell, plan: SuitePlan, folder: Path, 
     write_profile(profile, folder / "profile.yaml")
     scn = cell_scenario(cell.workload, cell.level, {"profile": str(folder / "profile.yaml")}, seed)
     return sim_metrics(scn, cell.level, plan.draws), {**profile, "warnings": warned}
+
+
+def read_gzipped_records(path: Path) -> list[dict]:
+    """Probe records kept compressed (``probes.jsonl.gz``), read and checked as ``probe`` writes
+    them (:func:`probe.read_records`)."""
+    import gzip
+    import tempfile
+
+    from ..errors import InputError
+    from .probe import read_records
+
+    if not path.is_file():
+        raise InputError(f"{path}: not found; expected a cell recorded by 'simrollout validate suite'.")
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / path.stem
+        plain.write_bytes(gzip.decompress(path.read_bytes()))
+        recs = read_records([plain])
+    for r in recs:
+        r["_file"] = str(path)
+    return recs
 
 
 def _gzip(path: Path) -> None:
@@ -160,8 +206,18 @@ class DockerTarget:
     name = "docker"
     targets = TARGETS
 
-    def __init__(self, backend, folder: Path, image: str = "simrollout-busybox:local", seed: int = 0):
+    def __init__(
+        self,
+        backend,
+        folder: Path,
+        image: str = "simrollout-busybox:local",
+        seed: int = 0,
+        commands: int = PROBE_COMMANDS,
+        think: float = PROBE_THINK,
+        low: int = LOW_SANDBOXES,
+    ):
         self.backend, self.folder, self.image, self.seed = backend, folder, image, seed
+        self.commands, self.think, self.low = commands, think, low  # the probe blocks' plan
         self.ops: dict[str, list] = {}
         self.runs: dict[str, list[pd.DataFrame]] = {}
 
@@ -176,11 +232,33 @@ class DockerTarget:
         out = self._dir(cell) / "probes.jsonl"
         start = sum(1 for _ in out.open()) if out.exists() else 0
         half = max(2, cell.level // 2)
-        for level, boxes in ((1, LOW_SANDBOXES), (half, 2 * half), (cell.level, 2 * cell.level)):
-            plan = ProbePlan(sandboxes=boxes, commands=PROBE_COMMANDS, levels=(level,), image=self.image,
-                             files=False, think=PROBE_THINK, pulls=0)  # fmt: skip
+        for level, boxes in ((1, self.low), (half, 2 * half), (cell.level, 2 * cell.level)):
+            plan = ProbePlan(
+                sandboxes=boxes,
+                commands=self.commands,
+                levels=(level,),
+                image=self.image,
+                files=False,
+                think=self.think,
+                pulls=0,
+            )
             probe(self.backend, plan, out)
-        return [dict(r, block=block) for r in read_records([out])[start:]]
+        return read_records([out])[start:]
+
+    def recorded(self, cell: Cell) -> tuple[list[dict], dict[str, list[float]]]:
+        """A recorded cell's probe records and real metrics per repeat (its folder's
+        ``probes.jsonl.gz``, ``real.csv`` and ``ops.csv.gz``), kept for :meth:`simulate`."""
+        d = self._dir(cell)
+        records = read_gzipped_records(d / "probes.jsonl.gz")
+        runs = pd.read_csv(d / "real.csv")
+        ops = pd.read_csv(d / "ops.csv.gz")
+        self.runs[cell.label] = [g for _, g in runs.groupby("run")]
+        self.ops[cell.label] = list(ops[OPS_COLUMNS].itertuples(index=False, name=None))
+        real: dict[str, list[float]] = {}
+        for g in self.runs[cell.label]:
+            for m, v in real_metrics(g, cell.level).items():
+                real.setdefault(m, []).append(v)
+        return records, real
 
     def real(self, cell: Cell, repeat: int) -> dict[str, float]:
         scn = cell_scenario(cell.workload, cell.level, CLIENT, self.seed)
@@ -201,8 +279,11 @@ class DockerTarget:
         by_load.to_csv(d / "exec_by_load.csv", index=False)
         creates.to_csv(d / "create_by_load.csv", index=False)
         _gzip(d / "probes.jsonl")
-        out["_extra"] = {"exec_by_load": by_load.to_dict("records"), "create_by_load": creates.to_dict("records"),
-                         "warnings": warned}  # fmt: skip
+        out["_extra"] = {
+            "exec_by_load": by_load.to_dict("records"),
+            "create_by_load": creates.to_dict("records"),
+            "warnings": warned,
+        }
         return out
 
     def machine(self) -> dict:
@@ -231,16 +312,27 @@ def docker_notes(results) -> list[str]:
         everyone = next((r for r in ex if r["load"] == "all (mean)"), None)
         parts = []
         if everyone:
-            parts.append(f"exec overhead: the profile's curve at the real execs' loads {everyone['profile'] * 1e3:.0f} ms "
-                         f"against {everyone['real'] * 1e3:.0f} ms real ({everyone['diff_pct']:+.0f}%, {everyone['execs']} execs)")  # fmt: skip
-        cr = [r for r in res.extra.get("create_by_load") or [] if r.get("ratio") == r.get("ratio")
-              and r.get("ratio") is not None]  # fmt: skip
+            e = everyone
+            parts.append(
+                f"exec overhead: the profile's curve at the real execs' loads {e['profile'] * 1e3:.0f} ms "
+                f"against {e['real'] * 1e3:.0f} ms real ({e['diff_pct']:+.0f}%, {e['execs']} execs)"
+            )
+        cr = [
+            r
+            for r in res.extra.get("create_by_load") or []
+            if r.get("ratio") == r.get("ratio") and r.get("ratio") is not None
+        ]
         if cr:
-            parts.append("creates, real over probe at the same creates in flight: " + ", ".join(
-                f"{r['load']}: {r['real']:.2f} / {r['probe']:.2f} s" for r in cr))  # fmt: skip
+            parts.append(
+                "creates, real over probe at the same creates in flight: "
+                + ", ".join(f"{r['load']}: {r['real']:.2f} / {r['probe']:.2f} s" for r in cr)
+            )
         lines.append(f"- {res.cell.label} missed {', '.join(missed)}. " + "; ".join(parts) + ".")
     if lines:
-        lines.insert(0, "Where the model misses, what the per-operation readings (each cell's ops.csv.gz, "
-                        "exec_by_load.csv, create_by_load.csv) show:")  # fmt: skip
+        lines.insert(
+            0,
+            "Where the model misses, what the per-operation readings (each cell's ops.csv.gz, "
+            "exec_by_load.csv, create_by_load.csv) show:",
+        )
         lines.insert(1, "")
     return lines

@@ -36,13 +36,17 @@ class EngineWorkload:
         return max(self.min_trajectories, 2 * level)
 
     def describe(self) -> str:
-        return (f"{self.steps} turns, prompt {self.prompt} tokens, +{self.appended} a turn, {self.output} "
-                f"output tokens, tool wait lognormal {self.tool['median']:g} / {self.tool['p99']:g} s")  # fmt: skip
+        return (
+            f"{self.steps} turns, prompt {self.prompt} tokens, +{self.appended} a turn, {self.output} "
+            f"output tokens, tool wait lognormal {self.tool['median']:g} / {self.tool['p99']:g} s"
+        )
 
 
 # held out: committed before its first real run; the agent loops before it (prompt 256, +64, 32
 # output, 6 turns) were used to choose the engine model
-ENGINE_WORKLOADS = (EngineWorkload("long-prompt", 5, 512, 32, 24, {"kind": "lognormal", "median": 0.2, "p99": 1.0}),)
+ENGINE_WORKLOADS = (
+    EngineWorkload("long-prompt", 5, 512, 32, 24, {"kind": "lognormal", "median": 0.2, "p99": 1.0}),
+)
 ENGINE_LEVELS = (1, 4, 8)
 # the engine's targets: request latency as `validate --engine`, trajectory durations and makespan
 # as the sandbox suite's
@@ -64,9 +68,16 @@ def engine_real_metrics(run: pd.DataFrame) -> dict[str, float]:
 def engine_measured(res) -> pd.DataFrame:
     """A simulated agent loop's figures per level, off its summary."""
     s = res.summary
-    return pd.DataFrame({"concurrency": s.concurrency, "request_p50": s.llm_request_p50,
-                         "request_p99": s.llm_request_p99, "makespan": s.makespan_hours * 3600,
-                         "duration_p50": s.duration_p50, "duration_p99": s.duration_p99})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "concurrency": s.concurrency,
+            "request_p50": s.llm_request_p50,
+            "request_p99": s.llm_request_p99,
+            "makespan": s.makespan_hours * 3600,
+            "duration_p50": s.duration_p50,
+            "duration_p99": s.duration_p99,
+        }
+    )
 
 
 BANDED_AS = {"makespan": "makespan_hours", "duration_p50": "duration_p50", "duration_p99": "duration_p99"}
@@ -82,7 +93,13 @@ class EngineTarget:
     def __init__(self, base_url: str, model: str, extra: dict, folder: Path, seed: int = 0, pin: bool = True):
         from .engine_probe import Server
 
-        self.server, self.extra, self.folder, self.seed, self.pin = Server(base_url, model), extra, folder, seed, pin
+        self.server, self.extra, self.folder, self.seed, self.pin = (
+            Server(base_url, model),
+            extra,
+            folder,
+            seed,
+            pin,
+        )
         self.runs: dict[str, list[pd.DataFrame]] = {}
 
     def _dir(self, cell: Cell) -> Path:
@@ -92,8 +109,17 @@ class EngineTarget:
 
     def _scenario(self, cell: Cell, profile: Path):
         w = cell.workload
-        return agent_scenario(profile, w.trajectories(cell.level), w.steps, [cell.level], w.prompt,
-                              w.appended, w.output, w.tool, self.seed)  # fmt: skip
+        return agent_scenario(
+            profile,
+            w.trajectories(cell.level),
+            w.steps,
+            [cell.level],
+            w.prompt,
+            w.appended,
+            w.output,
+            w.tool,
+            self.seed,
+        )
 
     def probe(self, cell: Cell, block: int) -> list[dict]:
         from .engine_probe import EnginePlan, probe_engine
@@ -101,10 +127,11 @@ class EngineTarget:
 
         out = self._dir(cell) / "probes.jsonl"
         start = sum(1 for _ in out.open()) if out.exists() else 0
-        plan = EnginePlan(requests=PROBE_REQUESTS, decode_rounds=1, pairs=2, pin_slots=self.pin,
-                          extra=self.extra)  # fmt: skip
+        plan = EnginePlan(
+            requests=PROBE_REQUESTS, decode_rounds=1, pairs=2, pin_slots=self.pin, extra=self.extra
+        )
         probe_engine(self.server, plan, out)
-        return [dict(r, block=block) for r in read_records([out])[start:]]
+        return read_records([out])[start:]
 
     def real(self, cell: Cell, repeat: int) -> dict[str, float]:
         scn = self._placeholder(cell)  # the real loop reads the workload's draws, not the engine
@@ -118,9 +145,18 @@ class EngineTarget:
         path = self.folder / "placeholder-engine.yaml"
         if not path.exists():
             self.folder.mkdir(parents=True, exist_ok=True)
-            write_profile({"version": 1, "name": "placeholder", "engine": {
-                "iteration": {"base": 0.01, "per_prefill_token": 1e-4, "per_decode": 0.001}, "kv_capacity_tokens": 16384,
-                "max_running": 8}}, path)  # fmt: skip
+            write_profile(
+                {
+                    "version": 1,
+                    "name": "placeholder",
+                    "engine": {
+                        "iteration": {"base": 0.01, "per_prefill_token": 1e-4, "per_decode": 0.001},
+                        "kv_capacity_tokens": 16384,
+                        "max_running": 8,
+                    },
+                },
+                path,
+            )
         return self._scenario(cell, path)
 
     def simulate(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, dict]:
@@ -145,8 +181,13 @@ class EngineTarget:
         return out
 
     def machine(self) -> dict:
-        return {"cpus": os.cpu_count(), "server": "llama.cpp llama-server" if "slots" in self.server.info() else "",
-                "pin_slots": self.pin, "request_extra": sorted(self.extra), **self.server.info()}  # fmt: skip
+        return {
+            "cpus": os.cpu_count(),
+            "server": "llama.cpp llama-server" if "slots" in self.server.info() else "",
+            "pin_slots": self.pin,
+            "request_extra": sorted(self.extra),
+            **self.server.info(),
+        }
 
 
 def _convert(metric: str):

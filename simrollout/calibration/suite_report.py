@@ -17,12 +17,22 @@ from .suite_stats import overall, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 # the model and the fitting code: a change to any of them changes the hash
-CODE = ("simrollout/sim", "simrollout/scenario.py", "simrollout/contention.py", "simrollout/distributions.py",
-        "simrollout/workload.py", "simrollout/uncertainty.py", "simrollout/calibration/fit.py",
-        "simrollout/calibration/engine_fit.py")  # fmt: skip
+CODE = (
+    "simrollout/sim",
+    "simrollout/scenario.py",
+    "simrollout/contention.py",
+    "simrollout/distributions.py",
+    "simrollout/workload.py",
+    "simrollout/uncertainty.py",
+    "simrollout/calibration/fit.py",
+    "simrollout/calibration/engine_fit.py",
+)
 HISTORY_COLUMNS = ["date", "target", "record", "workload", "levels", "key_errors", "verdict"]
-TITLES = {"docker": "Docker (local engine)", "engine": "llama.cpp engine (agent loop)",
-          "synthetic": "synthetic substrate"}  # fmt: skip
+TITLES = {
+    "docker": "Docker (local engine)",
+    "engine": "llama.cpp engine (agent loop)",
+    "synthetic": "synthetic substrate",
+}
 
 
 def code_hash(root: Path = ROOT) -> str:
@@ -39,25 +49,43 @@ def code_hash(root: Path = ROOT) -> str:
 def commit(root: Path = ROOT) -> str:
     """The checkout's commit, ``+dirty`` when the model or fitting code has uncommitted changes."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", *CODE], cwd=root, capture_output=True,
-                               text=True).stdout.strip()  # fmt: skip
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", *CODE], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+dirty" if dirty else "")
 
 
-def suite_entry(target: str, rows: pd.DataFrame, command: str, machine: dict, plan: dict,
-                workloads: list[dict], schedule: dict, diagnostics: dict) -> dict:  # fmt: skip
+def suite_entry(
+    target: str,
+    rows: pd.DataFrame,
+    command: str,
+    machine: dict,
+    plan: dict,
+    workloads: list[dict],
+    schedule: dict,
+    diagnostics: dict,
+) -> dict:
     """One target's suite as ``suite.json`` keeps it."""
     return {
-        "target": target, "command": command, "commit": commit(), "code_hash": code_hash(),
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine,
-        "plan": plan, "workloads": workloads, "overall": overall(rows),
-        "summary": summarize(rows).to_dict("records"), "cells": rows.to_dict("records"),
-        "schedule": schedule, "diagnostics": diagnostics,
-    }  # fmt: skip
+        "target": target,
+        "command": command,
+        "commit": commit(),
+        "code_hash": code_hash(),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine,
+        "plan": plan,
+        "workloads": workloads,
+        "overall": overall(rows),
+        "summary": summarize(rows).to_dict("records"),
+        "cells": rows.to_dict("records"),
+        "schedule": schedule,
+        "diagnostics": diagnostics,
+    }
 
 
 def _clean(x):
@@ -82,8 +110,9 @@ def read_suite(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc.msg}); expected a suite written by "
-                         "'simrollout validate suite'.") from None  # fmt: skip
+        raise InputError(
+            f"{path}: not valid JSON ({exc.msg}); expected a suite written by 'simrollout validate suite'."
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("targets"), dict):
         raise InputError(
             f"{path}: expected a mapping with 'targets' (written by 'simrollout validate suite')."
@@ -100,12 +129,15 @@ def history_row(entry: dict) -> dict:
     errors = "; ".join(f"{r.metric} MAPE {r.mape_pct:.1f}%" for r in s.itertuples())
     cov = o["coverage"]
     return {
-        "date": entry["date"][:10], "target": entry["target"], "record": "suite.json",
-        "workload": "+".join(dict.fromkeys(cells.workload)), "levels": " ".join(map(str, levels)),
+        "date": entry["date"][:10],
+        "target": entry["target"],
+        "record": "suite.json",
+        "workload": "+".join(dict.fromkeys(cells.workload)),
+        "levels": " ".join(map(str, levels)),
         "key_errors": errors,
         "verdict": f"{o['pass']} pass / {o['miss']} miss / {o['indeterminate']} indeterminate "
-                   f"(cell-metrics); band coverage {'n/a' if cov is None or cov != cov else f'{cov:.0%}'}",
-    }  # fmt: skip
+        f"(cell-metrics); band coverage {'n/a' if cov is None or cov != cov else f'{cov:.0%}'}",
+    }
 
 
 def write(folder: Path, entry: dict) -> None:
@@ -135,24 +167,41 @@ def table(entry: dict) -> list[str]:
     """One target's tables: the summary per metric, then every cell and metric."""
     o = entry["overall"]
     cov = o["coverage"]
+    ran = entry.get("real_runs")
+    refit = (
+        f" Real runs {ran['date']} (commit `{ran['commit'][:12]}`); the simulated side fitted again from "
+        "the recorded blocks (`--refit`)."
+        if ran
+        else ""
+    )
     lines = [
-        f"Regenerate: `{entry['command']}`", "",
+        f"Regenerate: `{entry['command']}`{refit}",
+        "",
         f"{entry['date']}, commit `{entry['commit'][:12]}`, model and fit code `{entry['code_hash']}`; "
         f"{o['cells']} cells; band coverage {'n/a' if cov is None else f'{cov:.0%}'}; cell-metrics: "
-        f"{o['pass']} pass, {o['miss']} miss, {o['indeterminate']} indeterminate.", "",
-        "| metric | target | MAPE | band coverage | pass | miss | indeterminate |", "|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+        f"{o['pass']} pass, {o['miss']} miss, {o['indeterminate']} indeterminate.",
+        "",
+        "| metric | target | MAPE | band coverage | pass | miss | indeterminate |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for s in entry["summary"]:
         c = s["coverage"]
         ok = "" if s["mape_pct"] <= s["target_pct"] else " **(missed)**"
-        lines.append(f"| {s['metric']} | {s['target_pct']:g}% | {s['mape_pct']:.1f}%{ok} | "
-                     f"{'-' if c is None else f'{c:.0%}'} | {s['pass']} | {s['miss']} | {s['indeterminate']} |")  # fmt: skip
-    lines += ["", "| workload | in flight | metric | real mean ± 95% CI (repeats) | simulated [90% band] | error | verdict |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"| {s['metric']} | {s['target_pct']:g}% | {s['mape_pct']:.1f}%{ok} | "
+            f"{'-' if c is None else f'{c:.0%}'} | {s['pass']} | {s['miss']} | {s['indeterminate']} |"
+        )
+    lines += [
+        "",
+        "| workload | in flight | metric | real mean ± 95% CI (repeats) | simulated [90% band] | error "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in entry["cells"]:
         mark = {"miss": "**miss**", "indeterminate": "*indeterminate*"}.get(r["verdict"], r["verdict"])
         lines.append(
-            f"| {r['workload']} | {r['level']} | {r['metric']} | {_f(r['real_mean'])} ± {_f(r['real_half'], 2)} "
+            f"| {r['workload']} | {r['level']} | {r['metric']} | "
+            f"{_f(r['real_mean'])} ± {_f(r['real_half'], 2)} "
             f"({r['repeats']}) | {_f(r['simulated'])} [{_f(r['sim_lo'])}, {_f(r['sim_hi'])}] | "
             f"{_pct(r['error_pct'])} | {mark} |"
         )
@@ -167,9 +216,13 @@ def table(entry: dict) -> list[str]:
 
 def report(data: dict) -> str:
     """REPORT.md: the suite of every target in ``data`` (``read_suite``)."""
-    out = ["# Validation report", "",
-           "Generated by `simrollout validate suite`; do not edit by hand (validation/README.md says how "
-           "to read it). Errors are simulated minus real, in % of the real mean.", ""]  # fmt: skip
+    out = [
+        "# Validation report",
+        "",
+        "Generated by `simrollout validate suite`; do not edit by hand (validation/README.md says how "
+        "to read it). Errors are simulated minus real, in % of the real mean.",
+        "",
+    ]
     for name in ("docker", "engine", *sorted(set(data["targets"]) - {"docker", "engine"})):
         if name in data["targets"]:
             out += [f"## {TITLES.get(name, name)}", "", *table(data["targets"][name]), ""]

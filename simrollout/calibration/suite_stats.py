@@ -64,13 +64,24 @@ def cell_rows(
         mean, half = t_interval(real[m])
         s = sim[m]
         lo, hi = s.get("lo", float("nan")), s.get("hi", float("nan"))
-        rows.append({
-            **cell, "metric": m, "target_pct": tgt, "repeats": len(real[m]), "real_mean": mean,
-            "real_half": half, "real_half_pct": relative(half, abs(mean)), "simulated": s["point"],
-            "sim_lo": lo, "sim_hi": hi, "error_pct": relative(s["point"] - mean, mean),
-            "covered": bool(lo <= mean <= hi) if lo == lo and hi == hi else None,
-            "verdict": verdict(mean, half, s["point"], tgt), "real": [float(v) for v in real[m]],
-        })  # fmt: skip
+        rows.append(
+            {
+                **cell,
+                "metric": m,
+                "target_pct": tgt,
+                "repeats": len(real[m]),
+                "real_mean": mean,
+                "real_half": half,
+                "real_half_pct": relative(half, abs(mean)),
+                "simulated": s["point"],
+                "sim_lo": lo,
+                "sim_hi": hi,
+                "error_pct": relative(s["point"] - mean, mean),
+                "covered": bool(lo <= mean <= hi) if lo == lo and hi == hi else None,
+                "verdict": verdict(mean, half, s["point"], tgt),
+                "real": [float(v) for v in real[m]],
+            }
+        )
     return rows
 
 
@@ -81,12 +92,16 @@ def summarize(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     for m, g in rows.groupby("metric", sort=False):
         banded = g.covered.dropna()
-        out.append({
-            "metric": m, "target_pct": float(g.target_pct.iloc[0]), "cells": len(g),
-            "mape_pct": float(np.mean(np.abs(g.error_pct))),
-            "coverage": float(banded.astype(bool).mean()) if len(banded) else float("nan"),
-            **{v: int((g.verdict == v).sum()) for v in VERDICTS},
-        })  # fmt: skip
+        out.append(
+            {
+                "metric": m,
+                "target_pct": float(g.target_pct.iloc[0]),
+                "cells": len(g),
+                "mape_pct": float(np.mean(np.abs(g.error_pct))),
+                "coverage": float(banded.astype(bool).mean()) if len(banded) else float("nan"),
+                **{v: int((g.verdict == v).sum()) for v in VERDICTS},
+            }
+        )
     return pd.DataFrame(out)
 
 

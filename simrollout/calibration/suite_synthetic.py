@@ -23,8 +23,12 @@ TRUTH = {
     "exec_overhead": (0.05, 0.12),
     "teardown": (0.20, 0.45),
 }
-CONTENTION = {"create": {2: 1.2, 8: 2.0, 32: 4.0}, "exec": {2: 1.1, 8: 1.6, 32: 3.0},
-              "teardown": {2: 1.2, 8: 1.8, 32: 3.5}, "shared": True}  # fmt: skip
+CONTENTION = {
+    "create": {2: 1.2, 8: 2.0, 32: 4.0},
+    "exec": {2: 1.1, 8: 1.6, 32: 3.0},
+    "teardown": {2: 1.2, 8: 1.8, 32: 3.5},
+    "shared": True,
+}
 
 
 def true_substrate(factor: float = 1.0, name: str = "true") -> Substrate:
@@ -40,7 +44,9 @@ class SyntheticTarget:
     name = "synthetic"
     targets = TARGETS
 
-    def __init__(self, drift: float = 0.0, sandboxes: int = 24, commands: int = 10, folder: Path | None = None):
+    def __init__(
+        self, drift: float = 0.0, sandboxes: int = 24, commands: int = 10, folder: Path | None = None
+    ):
         self.drift, self.sandboxes, self.commands = drift, sandboxes, commands
         self.folder = folder or Path(tempfile.mkdtemp(prefix="simrollout-suite-"))
         self.clock = 0  # blocks run so far
@@ -51,10 +57,15 @@ class SyntheticTarget:
     def probe(self, cell: Cell, block: int) -> list[dict]:
         sub, seed = true_substrate(self.factor()), 1000 + self.clock
         self.clock += 1
-        recs = simulate_probe(sub, levels=(1, max(2, cell.level // 2), cell.level), sandboxes=self.sandboxes, commands=self.commands,
-                              seed=seed)  # fmt: skip
+        recs = simulate_probe(
+            sub,
+            levels=(1, max(2, cell.level // 2), cell.level),
+            sandboxes=self.sandboxes,
+            commands=self.commands,
+            seed=seed,
+        )
         for k, r in enumerate(recs):  # each block its own runs (the probe's loads count within a run)
-            r.update(run_id=f"{r['run_id']}-{cell.label}-{block}", _file="synthetic.jsonl", _line=k, block=block)
+            r.update(run_id=f"{r['run_id']}-{cell.label}-{block}", _file="synthetic.jsonl", _line=k)
         return recs
 
     def real(self, cell: Cell, repeat: int) -> dict[str, float]:
