@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .suite import Cell, SuitePlan, point_and_band, simulate_band
+from .suite_docker import _gzip
 from .validate_engine import TARGETS as REQUEST_TARGETS
 from .validate_engine import _metrics, agent_scenario, real_agent_loop
 
@@ -176,7 +177,9 @@ class EngineTarget:
             if refits is None or m not in BANDED_AS:
                 pb.update(lo=float("nan"), hi=float("nan"))
             out[m] = pb
-        pd.concat(self.runs.get(cell.label, [])).to_csv(d / "real.csv", index=False)
+        if self.runs.get(cell.label):
+            pd.concat(self.runs[cell.label]).to_csv(d / "real.csv", index=False)
+        _gzip(d / "probes.jsonl")
         out["_extra"] = {"iteration": profile["engine"]["iteration"], "fit": profile.get("fit", {})}
         return out
 
