@@ -52,7 +52,9 @@ ENGINE_LEVELS = (1, 4, 8)
 # the engine's targets: request latency as `validate --engine`, trajectory durations and makespan
 # as the sandbox suite's
 TARGETS = {**REQUEST_TARGETS, "duration_p50": 10, "duration_p99": 20}
-PROBE_REQUESTS = 4  # per level and prompt length in a probe block (the full probe: max(8, 2 x level))
+# a probe block: per level (1, 4, 8) and prompt length (128, 1,024) 2 requests (the full probe:
+# max(8, 2 x level) at 1, 2, 4, 8), one round of decode runs of 48 tokens, one shared-prefix pair
+PROBE_LEVELS, PROBE_REQUESTS, PROBE_DECODE = (1, 4, 8), 2, 48
 
 
 def engine_real_metrics(run: pd.DataFrame) -> dict[str, float]:
@@ -129,10 +131,30 @@ class EngineTarget:
         out = self._dir(cell) / "probes.jsonl"
         start = sum(1 for _ in out.open()) if out.exists() else 0
         plan = EnginePlan(
-            requests=PROBE_REQUESTS, decode_rounds=1, pairs=2, pin_slots=self.pin, extra=self.extra
+            levels=PROBE_LEVELS,
+            requests=PROBE_REQUESTS,
+            decode_output=PROBE_DECODE,
+            decode_rounds=1,
+            pairs=1,
+            pin_slots=self.pin,
+            extra=self.extra,
         )
         probe_engine(self.server, plan, out)
         return read_records([out])[start:]
+
+    def recorded(self, cell: Cell) -> tuple[list[dict], dict[str, list[float]]]:
+        """A recorded cell's probe records and real metrics per repeat (``probes.jsonl.gz``,
+        ``real.csv``)."""
+        from .suite_docker import read_gzipped_records
+
+        d = self._dir(cell)
+        records = read_gzipped_records(d / "probes.jsonl.gz")
+        self.runs[cell.label] = [g for _, g in pd.read_csv(d / "real.csv").groupby("run")]
+        real: dict[str, list[float]] = {}
+        for g in self.runs[cell.label]:
+            for m, v in engine_real_metrics(g).items():
+                real.setdefault(m, []).append(v)
+        return records, real
 
     def real(self, cell: Cell, repeat: int) -> dict[str, float]:
         scn = self._placeholder(cell)  # the real loop reads the workload's draws, not the engine

@@ -163,6 +163,14 @@ def _pct(x) -> str:
     return "-" if x is None or x != x else f"{x:+.1f}%"
 
 
+def _short(command: str) -> str:
+    """The command with a long ``--request-extra`` JSON (llama.cpp's logit bias) shown as
+    ``"$EXTRA"`` (validation/README.md says how it is made)."""
+    import re
+
+    return re.sub(r"--request-extra (\S{80,}|'[^']{80,}')", '--request-extra "$EXTRA"', command)
+
+
 def table(entry: dict) -> list[str]:
     """One target's tables: the summary per metric, then every cell and metric."""
     o = entry["overall"]
