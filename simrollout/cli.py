@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from .calibration.probe import PROBE_LEVELS
+from .calibration.probe import PROBE_LEVELS, REFERENCE
 from .errors import InputError, SubstrateError
 from .outputs import atomic_file, atomic_folder
 
@@ -39,6 +39,12 @@ def run(
         None, help="Also write a Chrome trace (open in ui.perfetto.dev) of the first cell here."
     ),
     explain: bool = typer.Option(False, "--explain", help="Also print what every column of the table means."),
+    uncertainty: bool = typer.Option(
+        False,
+        "--uncertainty",
+        help="Also re-simulate over the profiles' bootstrap refits (common random numbers): "
+        "<metric>_lo/_hi (5th/95th percentile) beside the headline metrics.",
+    ),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
     from .api import override
@@ -67,6 +73,11 @@ def run(
             executor=executor,
             address=address,
         )
+        if uncertainty:
+            from .uncertainty import with_bands
+
+            bar.update(task, description="bands")
+            result = with_bands(scn, result, jobs, executor, None, address)
         paths = write_results(result, tmp)
     print_table(result)
     if explain:
@@ -113,6 +124,12 @@ def sweep(
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+    uncertainty: bool = typer.Option(
+        False,
+        "--uncertainty",
+        help="Also re-simulate over the profiles' bootstrap refits (common random numbers): "
+        "<metric>_lo/_hi (5th/95th percentile) beside the headline metrics.",
+    ),
 ) -> None:
     """Run a grid over any scenario fields; one row per cell, plots against concurrency."""
     from .report import plot_sweep
@@ -134,6 +151,10 @@ def sweep(
             address=address,
             progress=_ticker(bar, task),
         )
+        if uncertainty:
+            from .uncertainty import sweep_with_bands
+
+            df = sweep_with_bands(scn, sets, df, executor, jobs, address)
     with atomic_folder(out) as tmp:
         df.to_csv(tmp / "sweep.csv", index=False)
         df.to_parquet(tmp / "sweep.parquet", index=False)
@@ -151,7 +172,16 @@ def sweep(
         "cost_usd",
     ]
     cols = list(dict.fromkeys(c for c in cols if c in df.columns))
-    typer.echo(df[cols].to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    shown = df[cols].copy()
+    if uncertainty:  # the band beside each metric that has one: "point [lo-hi]"
+        for c in cols:
+            if f"{c}_lo" in df:
+                shown[c] = [f"{v:,.2f}" + (f" [{lo:,.2f}-{hi:,.2f}]" if lo == lo and hi == hi else "")
+                            for v, lo, hi in zip(df[c], df[f"{c}_lo"], df[f"{c}_hi"])]  # fmt: skip
+    typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    if uncertainty:
+        bands = "; ".join(f"{k}: {v}" for k, v in dict(zip(df.substrate, df.band)).items())
+        typer.echo(f"bands [5th-95th percentile over the profiles' refits]: {bands}")
     typer.echo(f"wrote sweep.csv, sweep.parquet and {len(paths)} plots to {out}/")
 
 
@@ -185,6 +215,12 @@ def plan(
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the evaluated table (CSV) here."),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+    uncertainty: bool = typer.Option(
+        False,
+        "--uncertainty",
+        help="Also re-simulate the top candidates over the profiles' bootstrap refits and say how "
+        "often the recommendation stays the winner.",
+    ),
 ) -> None:
     """Find the cheapest substrate, concurrency, warm pool and host count that meets a target,
     counting only finished work, and check the winner at a larger size."""
@@ -217,6 +253,11 @@ def plan(
         raise InputError(f"plan {scenario}: --check must be >= 0, got {check}.")
     if steps_per_day is not None and not (0 < steps_per_day < float("inf")):
         raise InputError(f"plan {scenario}: --steps-per-day must be a positive number, got {steps_per_day}.")
+    if uncertainty and (scn.training is not None or steps_per_day is not None):
+        raise InputError(
+            f"plan {scenario}: --uncertainty is not available for a scenario with a training section "
+            "yet; run its recommendation with 'simrollout run --uncertainty' for its bands."
+        )
     if scn.training is not None or steps_per_day is not None:
         _plan_training(scn, deadline, budget, throughput, steps_per_day, ints("concurrency", concurrency, 1),
                        ints("warm-pool", warm_pool), ints("hosts", hosts, 1), check != 0, max_failed,
@@ -259,12 +300,19 @@ def plan(
         typer.echo(f"\ncheck of the top candidates ({int(result.check.checked.iloc[0]):,} trajectories x "
                    f"{int(result.check.replications.iloc[0])} replications, 95% CIs):")  # fmt: skip
         typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
-    _conclude_plan(result, out)
+    stability = None
+    if uncertainty:
+        from .uncertainty import describe_stability, plan_stability
+
+        stability = describe_stability(plan_stability(scn, result, executor, jobs))
+    _conclude_plan(result, out, stability)
 
 
-def _conclude_plan(result, out: Path | None) -> None:
+def _conclude_plan(result, out: Path | None, extra: str | None = None) -> None:
     """A plan's last words: its description, the table to ``out``, exit 1 when nothing fits."""
     typer.echo(result.describe())
+    if extra:
+        typer.echo(extra)
     if out is not None:
         with atomic_file(out) as tmp:
             result.table.to_csv(tmp, index=False)
@@ -368,6 +416,11 @@ def probe(
     pin_slots: bool = typer.Option(
         False, "--pin-slots", help="openai, llama.cpp's server: each client keeps to its own slot (id_slot)."
     ),
+    reference: int = typer.Option(
+        REFERENCE,
+        help="Sandboxes (openai: requests) per reference block, repeated at the start, middle and end "
+        "at the first and the top level to read the machine's drift (0: no reference blocks).",
+    ),
 ) -> None:
     """Time create, exec, file transfer and teardown of real sandboxes (or, with ``openai``, the
     first token and the output tokens of an OpenAI-compatible server); append JSONL records."""
@@ -379,8 +432,9 @@ def probe(
         )
     if backend == "openai":
         return _probe_openai(
-            out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots
-        )
+            out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots,
+            reference,
+        )  # fmt: skip
 
     from .calibration.backends import get_backend
     from .calibration.probe import MODES, THINK_DRAWS, ProbePlan
@@ -417,9 +471,11 @@ def probe(
     image = be.default_image if image is None else image
     if image_mb < 0:
         raise InputError(f"--image-mb: expected MB >= 0 (0 skips the task image loads), got {image_mb}.")
+    if reference < 0:
+        raise InputError(f"--reference: expected sandboxes per reference block >= 0, got {reference}.")
     plan = ProbePlan(
         sandboxes, commands, levels, mode, gap, image, command, reset=reset or None, image_mb=image_mb,
-        think=think, think_draw=think_draw,
+        think=think, think_draw=think_draw, reference=reference,
     )  # fmt: skip
     counts: dict[str, int] = {}
 
@@ -461,8 +517,9 @@ def _json_option(text: str, option: str) -> dict:
 
 
 def _probe_openai(
-    out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots=False
-) -> None:
+    out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots=False,
+    reference=REFERENCE,
+) -> None:  # fmt: skip
     """``probe openai``: time an OpenAI-compatible server (simrollout.calibration.engine_probe)."""
     import datetime as dt
 
@@ -481,8 +538,10 @@ def _probe_openai(
     if out.is_dir():
         raise InputError(f"-o {out}: is a directory; expected a JSONL file to append probe records to.")
     extra = _json_option(request_extra, "--request-extra")
+    if reference < 0:
+        raise InputError(f"--reference: expected requests per reference block >= 0, got {reference}.")
     plan = EnginePlan(levels=levels, prompts=lengths, output=output_tokens, requests=requests, extra=extra,
-                      pin_slots=pin_slots)  # fmt: skip
+                      pin_slots=pin_slots, reference=reference)  # fmt: skip
     counts = {"ok": 0, "failed": 0}
 
     def seen(rec) -> None:
@@ -565,6 +624,12 @@ def calibrate(
         "over each operation's life, contention.shared), or every operation takes the multiplier "
         "at its start (profiles before 2026-12-02).",
     ),
+    bootstrap: int | None = typer.Option(
+        None,
+        help="Refits from resamples of whole sandboxes per level (plus the reference blocks' "
+        "drift), stored for run/sweep/plan --uncertainty; default 50, 0 for none.",
+    ),
+    seed: int = typer.Option(0, help="Seed of the bootstrap's resamples."),
 ) -> None:
     """Fit latency distributions to probe records and write a substrate profile (or, from
     ``probe openai`` records, an engine profile)."""
@@ -602,8 +667,9 @@ def calibrate(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         profile, plots = fit(
-            records, name, criterion, image_cache_gb, contention_points, contention_weights, contention_shared
-        )
+            records, name, criterion, image_cache_gb, contention_points, contention_weights,
+            contention_shared, bootstrap=bootstrap, seed=seed,
+        )  # fmt: skip
     for w in caught:
         err.print(f"warning: {w.message}")
     write_profile(profile, out)
@@ -632,7 +698,30 @@ def calibrate(
         typer.echo(
             "creates and teardowns share the host: their curves read the load over each operation's life."
         )
+    _say_uncertainty(profile.get("uncertainty"))
     typer.echo(f"wrote {out} and {png}")
+
+
+def _say_uncertainty(unc: dict | None) -> None:
+    """``calibrate``'s lines on the drift (warnings past the validation targets) and the refits."""
+    from .calibration.drift import describe
+
+    if unc is None:
+        typer.echo("drift: not measured (no reference blocks); no refits (--bootstrap 0)")
+        return
+    drift = unc.get("drift")
+    for line in describe(drift if isinstance(drift, dict) else None):
+        if "above the" in line:  # past a validation target
+            err.print(f"warning: {line}")
+        else:
+            typer.echo(line)
+    if not unc.get("refits") and str(unc.get("method", "")).startswith("none"):
+        typer.echo(f"refits: {unc['method']}")
+    if unc.get("refits"):
+        spread = ", ".join(f"{ph} {s['p50_lo']:+.1%}/{s['p50_hi']:+.1%}" for ph, s in unc["spread"].items())
+        drifted = "with the reference blocks' drift" if unc.get("drift_applied") else "without drift"
+        typer.echo(f"bootstrap: {unc['refits']} refits, {drifted}; the refits' medians (5th/95th percentile "
+                   f"against the fit): {spread}")  # fmt: skip
 
 
 validate_app = typer.Typer(
@@ -1063,6 +1152,7 @@ def _calibrate_engine(records, name, out, kv_capacity, max_running) -> None:
         if "tpot_rel_error" in row:
             ttft = f"  TTFT {row['ttft_rel_error']:+.1%}" if "ttft_rel_error" in row else ""
             typer.echo(f"  {key:15s} n={row['n']:<3d} TPOT {row['tpot_rel_error']:+.1%}{ttft}")
+    _say_uncertainty(profile["uncertainty"])
     typer.echo(f"wrote {out}")
 
 

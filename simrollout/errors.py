@@ -46,6 +46,16 @@ def load_yaml(path: str | Path) -> tuple[object, yaml.Node | None]:
         )
     text = read_text(path, "YAML file")
     try:
+        fast = getattr(yaml, "CSafeLoader", None)  # libyaml's parser: a profile with refits is large
+        if fast is not None:
+            try:
+                data = yaml.load(text, Loader=fast)
+            except yaml.YAMLError:  # malformed: the pure-Python parser says where, as it always did
+                data = None
+            else:
+                if _depth(data) > MAX_DEPTH:
+                    raise RecursionError
+                return data, yaml.compose(text, Loader=fast)
         return yaml.safe_load(text), yaml.compose(text)
     except RecursionError:
         raise InputError(f"{path}: nested too deeply to be a scenario, profile or spec.") from None
@@ -54,6 +64,21 @@ def load_yaml(path: str | Path) -> tuple[object, yaml.Node | None]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise InputError(f"{path}: malformed YAML{where}: {problem}.") from None
+
+
+MAX_DEPTH = 200  # nesting a scenario, profile or spec never needs (libyaml parses any depth)
+
+
+def _depth(data) -> int:
+    """How deeply ``data`` nests lists and mappings (iteratively: no recursion limit)."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        node, d = todo.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, d)
+            if d <= MAX_DEPTH:
+                todo.extend((v, d + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:

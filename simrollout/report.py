@@ -95,9 +95,17 @@ def _table(title: str, cols, summary: pd.DataFrame) -> Table:
             if isinstance(v, float) and np.isnan(v):
                 cells.append("-")
             else:
-                cells.append(fmt.format(int(v) if "d}" in fmt else v))
+                cells.append(fmt.format(int(v) if "d}" in fmt else v) + _band(row, key, fmt))
         t.add_row(*cells)
     return t
+
+
+def _band(row, key: str, fmt: str) -> str:
+    """`` [lo-hi]`` where the run has a band on ``key`` (``run --uncertainty``), else nothing."""
+    lo, hi = row.get(f"{key}_lo"), row.get(f"{key}_hi")
+    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
+        return ""
+    return f" [{fmt.format(lo)}-{fmt.format(hi)}]"
 
 
 def print_table(result: RunResult, console: Console | None = None) -> None:
@@ -118,6 +126,12 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     cols = [c for c in TABLE if c[0] not in when_any or result.summary.get(c[0], pd.Series([0])).sum() > 0]
     t = _table(title, cols, result.summary)
     console.print(t)
+    if "band" in result.summary:  # run --uncertainty: where each substrate's band comes from
+        bands = dict(zip(result.summary.substrate, result.summary.band))
+        console.print(
+            "bands [5th-95th percentile over the profile's refits, common random numbers]: "
+            + "; ".join(f"{k}: {v}" for k, v in bands.items()),
+        )
     console.print(
         "worker-h: infrastructure worker-hours (the Rollout Infrastructure Tax paper's definition: "
         "time on the substrate, model inference excluded); durations are of completed trajectories "

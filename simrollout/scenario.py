@@ -7,6 +7,7 @@ as one :class:`~simrollout.errors.InputError` naming the file, the field path an
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -197,7 +198,13 @@ def slowdown(spec) -> Callable[[float], float]:
     :class:`simrollout.contention.Curve`."""
     if not isinstance(spec, dict):
         return lambda n, s=float(spec): 1.0 + s * (n - 1.0) if n > 1.0 else 1.0
-    return Curve(spec)
+    return _curve(tuple(sorted((float(k), float(v)) for k, v in spec.items())))
+
+
+@functools.lru_cache(maxsize=512)
+def _curve(points: tuple[tuple[float, float], ...]) -> Curve:
+    """One :class:`Curve` per set of points (its law is fitted once, however many cells use it)."""
+    return Curve(dict(points))
 
 
 class Capacity(_Model):

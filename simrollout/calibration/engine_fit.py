@@ -276,9 +276,16 @@ def goodness(ok: list[dict], model: Engine) -> dict:
 
 def engine_profile(records: list[dict], name: str, kv_capacity: int | None = None,
                    max_running: int | None = None) -> dict:  # fmt: skip
-    """Records -> a profile under calibration/engines/ (with provenance and goodness of fit)."""
+    """Records -> a profile under calibration/engines/ (with provenance and goodness of fit).
+    Reference-block requests (``reference: true``) are left out of the fit; they give the
+    engine's drift during the probe (time to first token and per output token) under
+    ``uncertainty.drift``. Engine profiles carry no refits."""
+    from .drift import NOT_MEASURED, reference_drift, split_reference
+
+    reference, records = split_reference(records)
     fitted = fit_engine(records, kv_capacity, max_running)
     first = records[0]
+    drift = reference_drift(reference, {"ttft": "ttft", "tpot": "tpot"})
     return {
         "version": 1,
         "name": name,
@@ -295,4 +302,9 @@ def engine_profile(records: list[dict], name: str, kv_capacity: int | None = Non
         },
         "engine": fitted["engine"],
         "fit": fitted["fit"],
+        "uncertainty": {
+            "method": "none: engine profiles carry no refits (the drift only)",
+            "refits": 0,
+            "drift": drift if drift is not None else NOT_MEASURED,
+        },
     }

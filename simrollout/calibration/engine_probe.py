@@ -56,6 +56,8 @@ class EngineRecord:
     slots: int | None = None  # requests the server runs at once, if it says (llama.cpp /props)
     slot_context: int | None = None  # tokens of KV cache per slot, if it says
     slot: int | None = None  # the slot the request was pinned to (``pin_slots``), else None
+    reference: bool = False  # a reference block's request (drift; left out of the fit)
+    block: int | None = None  # which reference block: 0 = the start, the last = the end
 
 
 @dataclass
@@ -76,6 +78,9 @@ class EnginePlan:
     seed: int | None = None  # of the prompt texts; None: from the run id (never a repeated prompt,
     # which a server's prompt cache would serve without a prefill)
     extra: dict = field(default_factory=dict)
+    # reference blocks (the drift): this many requests of the first prompt length at level 1 and
+    # max(this, top) at the top level, at the start, after half the levels and at the end; 0: none
+    reference: int = 0
 
     def count(self, level: int) -> int:
         return self.requests or max(8, 2 * level)
@@ -233,7 +238,8 @@ def probe_engine(
     stop = threading.Event()
 
     def one(level: int, idx: int, prompt: str, mode: str, length: int, lanes: Lanes,
-            output: int | None = None, slot: int | None = None) -> None:  # fmt: skip
+            output: int | None = None, slot: int | None = None,
+            block: int | None = None) -> None:  # fmt: skip
         if stop.is_set():
             return
         t0 = time.time()
@@ -249,7 +255,7 @@ def probe_engine(
         rec = EngineRecord(
             **base, start=t0, latency=res.get("end", time.time() - t0), concurrency=level, mode=mode,
             ok=err is None, error=None if err is None else f"{type(err).__name__}: {err}"[:300],
-            sandbox=idx, prompt_length=length, slot=slot,
+            sandbox=idx, prompt_length=length, slot=slot, reference=block is not None, block=block,
             prompt_tokens=res.get("prompt_tokens") or (len(prompt) if err is None else None),
             output_tokens=res.get("output_tokens"), cached_tokens=res.get("cached_tokens"),
             ttft=res.get("ttft"), chunks=res.get("chunks"),
@@ -278,8 +284,22 @@ def probe_engine(
                 for f in futures:
                     f.result()
 
+    def reference(block: int) -> None:
+        """A reference block: a few plain requests at level 1 and a fill of the top level."""
+        for level in dict.fromkeys((plan.levels[0], max(plan.levels))):
+            n = plan.reference if level == plan.levels[0] else max(plan.reference, level)
+            lanes, length = Lanes(plan.pin_slots), plan.prompts[0]
+            with ThreadPoolExecutor(level) as pool:
+                futures = [pool.submit(one, level, k, text(length, rng), "plain", length, lanes, block=block)
+                           for k in range(n)]  # fmt: skip
+                for f in futures:
+                    f.result()
+
+    half = len(plan.levels) // 2 if len(plan.levels) > 1 else None
     try:
-        for level in plan.levels:
+        for k, level in enumerate(plan.levels):
+            if plan.reference and k in (0, half):
+                reference(0 if k == 0 else 1)
             jobs = [(p, i) for i in range(plan.count(level)) for p in plan.prompts]
             rng.shuffle(jobs)
             prompts = [(text(p, rng), p) for p, _ in jobs]
@@ -303,6 +323,8 @@ def probe_engine(
                 prefix = text(plan.shared_prefix, rng)
                 for j in range(2):
                     one(1, 2 * k + j, prefix + text(32, rng), "shared_prefix", plan.shared_prefix + 32, lanes)
+        if plan.reference:
+            reference(2 if half else 1)
     finally:
         stop.set()
         writer.close()

@@ -64,30 +64,35 @@ def _lognormal_mixture(x: np.ndarray, iters: int = 300):
     return w, mu, sd, loglik
 
 
-def _candidates(x: np.ndarray):
-    """Yield (name, our Dist, loglik, number of parameters)."""
+def _candidates(x: np.ndarray, only: str | None = None):
+    """Yield (name, our Dist, loglik, number of parameters); ``only``: that candidate alone."""
+
+    def want(name: str) -> bool:
+        return only is None or only == name
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        s, _, scale = stats.lognorm.fit(x, floc=0)
-        yield (
-            "lognormal",
-            Lognormal(mu=math.log(scale), sigma=s),
-            stats.lognorm.logpdf(x, s, 0, scale).sum(),
-            2,
-        )
-        a, _, scale = stats.gamma.fit(x, floc=0)
-        yield "gamma", Gamma(shape=a, scale=scale), stats.gamma.logpdf(x, a, 0, scale).sum(), 2
-        c, _, scale = stats.weibull_min.fit(x, floc=0)
-        yield "weibull", Weibull(shape=c, scale=scale), stats.weibull_min.logpdf(x, c, 0, scale).sum(), 2
-        c, _, scale = stats.fisk.fit(x, floc=0)
-        if c > 1:  # finite mean only
-            yield "loglogistic", LogLogistic(c=c, scale=scale), stats.fisk.logpdf(x, c, 0, scale).sum(), 2
+        if want("lognormal"):
+            s, _, scale = stats.lognorm.fit(x, floc=0)
+            ll = stats.lognorm.logpdf(x, s, 0, scale).sum()
+            yield "lognormal", Lognormal(mu=math.log(scale), sigma=s), ll, 2
+        if want("gamma"):
+            a, _, scale = stats.gamma.fit(x, floc=0)
+            yield "gamma", Gamma(shape=a, scale=scale), stats.gamma.logpdf(x, a, 0, scale).sum(), 2
+        if want("weibull"):
+            c, _, scale = stats.weibull_min.fit(x, floc=0)
+            ll = stats.weibull_min.logpdf(x, c, 0, scale).sum()
+            yield "weibull", Weibull(shape=c, scale=scale), ll, 2
+        if want("loglogistic"):
+            c, _, scale = stats.fisk.fit(x, floc=0)
+            if c > 1:  # finite mean only
+                yield "loglogistic", LogLogistic(c=c, scale=scale), stats.fisk.logpdf(x, c, 0, scale).sum(), 2
         loc = float(x.min()) * (1 - 1e-9)
         mean = float(x.mean() - loc)
-        if mean > 0:
+        if mean > 0 and want("shifted_exponential"):
             ll = stats.expon.logpdf(x, loc, mean).sum()
             yield "shifted_exponential", Exponential(mean=mean, loc=loc), ll, 2
-        if len(x) >= 2 * MIN_SAMPLES:
+        if len(x) >= 2 * MIN_SAMPLES and want("lognormal_mixture"):
             w, mu, sd, ll = _lognormal_mixture(x)
             if np.all(w > 0.02):
                 mix = Mixture(
@@ -99,8 +104,10 @@ def _candidates(x: np.ndarray):
                 yield "lognormal_mixture", mix, ll, 5
 
 
-def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
-    """Fit every candidate to ``x``; return the selected Dist and the diagnostics."""
+def fit_phase(x: np.ndarray, criterion: str = "aic", family: str | None = None) -> dict:
+    """Fit every candidate to ``x``; return the selected Dist and the diagnostics. ``family``:
+    fit that candidate alone (a bootstrap refit keeps the point fit's choice), every candidate
+    when it cannot be fitted to ``x``."""
     x = np.asarray(x, dtype=float)
     n = len(x)
     if np.ptp(x) <= 1e-12 * max(abs(float(x.max())), 1e-12):  # every sample the same: a constant
@@ -110,6 +117,10 @@ def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
         return {"selected": "constant", "criterion_choice": "constant", "dist": dist, "n": n,
                 "empirical_quantiles": emp, "quantile_rel_error": {k: 0.0 for k in QS},
                 "candidates": only}  # fmt: skip
+    if family is not None and family != "constant":
+        fitted = fit_phase_only(x, criterion, family)
+        if fitted is not None:
+            return fitted
     cands = {}
     for name, dist, ll, k in _candidates(x):
         if not np.isfinite(ll):
@@ -147,6 +158,15 @@ def fit_phase(x: np.ndarray, criterion: str = "aic") -> dict:
             for c, d in cands.items()
         },
     }
+
+
+def fit_phase_only(x: np.ndarray, criterion: str, family: str) -> dict | None:
+    """:func:`fit_phase` with ``family`` alone (no KS screen, no diagnostics); None when it does
+    not fit ``x`` (e.g. a log-logistic of infinite mean)."""
+    for name, dist, ll, _ in _candidates(x, family):
+        if np.isfinite(ll):
+            return {"selected": name, "criterion_choice": name, "dist": dist, "n": len(x)}
+    return None
 
 
 def _check(records: list[dict]) -> dict[str, dict]:
@@ -371,47 +391,52 @@ def pull_rate(pulls: list[dict]) -> float | None:
     return round(float(np.median(rates)), 2) if rates else None
 
 
-def calibrate(
-    records: list[dict],
-    name: str,
-    criterion: str = "aic",
-    image_cache_gb: float = 100.0,
-    points: str = "per-operation",
-    weights: bool = True,
-    shared: bool = True,
-) -> tuple[dict, dict]:
-    """Records -> (profile mapping, per-phase fits with their samples, for plots). Pull records
-    give ``image_cache.pull_mb_s`` (its ``cache_gb`` is ``image_cache_gb``, not measured); reset
-    records give ``reset``. ``points``: contention points per operation (:func:`curve_by_load`)
-    or ``per-level`` (a level's mean count against its median: how profiles before it were made).
-    ``weights``: with per-operation points, weigh other phases' operations in each phase's load
-    (:func:`operation_weights`), else every operation in flight counts one. ``shared``: creates
-    and teardowns share their host (``contention.shared``), their curves read on the load averaged
-    over each operation's life; else every curve reads the load at the operation's start."""
-    if points not in ("per-operation", "per-level"):
-        raise InputError(f"contention points: expected per-operation or per-level, got '{points}'.")
-    records, unanswered = _answered(records)
-    by_phase = _check(records)
-    pulls = by_phase.pop("pull", [])
-    paced = any(r.get("think") for r in records)  # ``probe --think``: commands spaced like turns
-    shared = shared and points == "per-operation"
-    load = dict(zip((id(r) for r in records), in_flight(records)))
-    life = dict(zip((id(r) for r in records), in_flight(records, over_life=True))) if shared else load
-    weights = weights and points == "per-operation"
-    by_count = {ph: in_flight(records, ph) for ph in PHASES} if weights else {}
+def annotate(records: list[dict], shared: bool, weights: bool) -> list[dict]:
+    """Copies of ``records`` with what the fit reads of each record's neighbours, computed once on
+    the probe as measured (a resample of whole sandboxes keeps each record's own load):
+    ``_load`` (operations in flight at its start), ``_life`` (averaged over its life, with
+    ``shared``), ``_count`` (per phase in flight at its start, with ``weights``) and ``_drain``
+    (it ended after its level's last create started, with ``shared``)."""
+    load = in_flight(records)
+    life = in_flight(records, over_life=True) if shared else load
+    counts = {ph: in_flight(records, ph) for ph in PHASES} if weights else {}
     refilled: dict[tuple, float] = {}  # per run and level: the last create's start (then it drains)
     for r in records if shared else ():
         if r["phase"] == "create":
             key = (r["run_id"], r["concurrency"])
             refilled[key] = max(refilled.get(key, -np.inf), r["start"])
-    row = {id(r): k for k, r in enumerate(records)} if weights else {}
+    out = []
+    for k, r in enumerate(records):
+        a = dict(r, _load=float(load[k]), _life=float(life[k]))
+        if weights:
+            a["_count"] = {ph: float(counts[ph][k]) for ph in PHASES}
+        if shared:
+            a["_drain"] = r["start"] + r["latency"] > refilled.get((r["run_id"], r["concurrency"]), np.inf)
+        out.append(a)
+    return out
+
+
+def fit_substrate(
+    by_phase: dict[str, list[dict]],
+    criterion: str = "aic",
+    points: str = "per-operation",
+    weights: bool = True,
+    shared: bool = True,
+    paced: bool = False,
+    choices: dict | None = None,
+) -> tuple[dict, dict, dict]:
+    """Annotated records (:func:`annotate`) by phase -> (substrate mapping, per-phase fits, plots).
+    Pull records are not read here; ``weights`` and ``shared`` as resolved by :func:`calibrate`.
+    ``choices`` (a bootstrap refit): ``{"families": {phase: name}, "weights": {phase: weights}}``
+    of the point fit, kept instead of chosen again; the per-phase fits then carry no diagnostics."""
+    families = (choices or {}).get("families", {})
     fitted_weights: dict[str, dict[str, float]] = {}
     substrate: dict = {"failures": {}, "contention": {}}
     fits_out, plots = {}, {}
     for phase, rs in by_phase.items():
         # a shared phase's curve is read on the load it felt over its life, as the model applies it
         sharing = shared and phase in SHARED
-        felt = life if sharing else load
+        felt = "_life" if sharing else "_load"
         levels = sorted({r["concurrency"] for r in rs})
         base = np.array([r["latency"] for r in rs if r["ok"] and r["concurrency"] == levels[0]])
         if len(base) < MIN_SAMPLES:
@@ -422,7 +447,7 @@ def calibrate(
                 )
             warnings.warn(f"phase '{phase}': only {len(base)} samples; not fitted", stacklevel=2)
             continue
-        fit = fit_phase(base, criterion)
+        fit = fit_phase(base, criterion, families.get(phase))
         per_level, curve = {}, {}
         for c in levels:
             at = [r for r in rs if r["concurrency"] == c]
@@ -430,7 +455,7 @@ def calibrate(
             per_level[int(c)] = {
                 "n": len(at),
                 "failures": len(at) - len(lat),
-                "in_flight": round(float(np.mean([felt[id(r)] for r in at])), 3),
+                "in_flight": round(float(np.mean([r[felt] for r in at])), 3),
                 "median": float(np.median(lat)) if len(lat) else None,
                 "p99": float(np.quantile(lat, 0.99)) if len(lat) else None,
             }
@@ -440,31 +465,25 @@ def calibrate(
         elif len(levels) > 1:
             ok = [r for r in rs if r["ok"]]
             if sharing:  # left out: a level's drain, where an operation still in flight is a long one
-                ok = [
-                    r
-                    for r in ok
-                    if r["start"] + r["latency"] <= refilled.get((r["run_id"], r["concurrency"]), np.inf)
-                ]
-            n = np.array([felt[id(r)] for r in ok])
+                ok = [r for r in ok if not r["_drain"]]
+            n = np.array([r[felt] for r in ok])
             w = None
             # weights only at the start: on the load over an operation's life they fit a known
             # unweighted model's noise (tests/calibration/test_fit.py)
             if weights and phase in PHASES and not sharing:
-                at = [row[id(r)] for r in ok]
-                counts = {q: by_count[q][at] for q in PHASES}
-                w = operation_weights(phase, np.array([r["latency"] for r in ok]), counts)
+                counts = {q: np.array([r["_count"][q] for r in ok]) for q in PHASES}
+                if choices is not None:
+                    w = (choices.get("weights") or {}).get(phase)
+                else:
+                    w = operation_weights(phase, np.array([r["latency"] for r in ok]), counts)
             if w:  # each operation in flight at its weight
                 fitted_weights[phase] = w
                 n = sum(w.get(q, 1.0) * counts[q] for q in PHASES)
             curve = curve_by_load(list(zip(n.tolist(), (r["latency"] for r in ok))), m0)
-        slope = _slope(list(curve), list(curve.values()))
-        fits_out[phase] = {k: v for k, v in fit.items() if k != "dist"} | {
-            "by_concurrency": per_level,
-            "contention_slope": slope,
-            "contention_law": Curve(curve).describe() if curve else None,
-            "contention_weights": fitted_weights.get(phase),
-            "coverage": coverage(per_level, paced) if phase in PHASE_FIELD else None,
-        }
+        if choices is not None:  # a refit: its substrate only
+            fits_out[phase] = {"selected": fit["selected"]}
+        else:
+            fits_out[phase] = _diagnostics(fit, per_level, curve, fitted_weights.get(phase), phase, paced)
         plots[phase] = (base, fit["dist"], fit["selected"])
         if phase == "reset":
             substrate["reset"] = dump_dist(fit["dist"])
@@ -482,6 +501,74 @@ def calibrate(
         substrate["contention"]["weights"] = {ph: dict(w) for ph, w in fitted_weights.items()}
     if shared and any(isinstance(substrate["contention"].get(ph), dict) for ph in SHARED):
         substrate["contention"]["shared"] = True
+    return substrate, fits_out, plots
+
+
+def _diagnostics(
+    fit: dict, per_level: dict, curve: dict, weights: dict | None, phase: str, paced: bool
+) -> dict:
+    """A phase's entry under the profile's ``fits``."""
+    return {k: v for k, v in fit.items() if k != "dist"} | {
+        "by_concurrency": per_level,
+        "contention_slope": _slope(list(curve), list(curve.values())),
+        "contention_law": Curve(curve).describe() if curve else None,
+        "contention_weights": weights,
+        "coverage": coverage(per_level, paced) if phase in PHASE_FIELD else None,
+    }
+
+
+def by_phase_of(records: list[dict]) -> dict[str, list[dict]]:
+    """Records grouped by phase, in the order the phases first appear."""
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        out.setdefault(r["phase"], []).append(r)
+    return out
+
+
+def calibrate(
+    records: list[dict],
+    name: str,
+    criterion: str = "aic",
+    image_cache_gb: float = 100.0,
+    points: str = "per-operation",
+    weights: bool = True,
+    shared: bool = True,
+    bootstrap: int | None = 0,
+    seed: int = 0,
+) -> tuple[dict, dict]:
+    """Records -> (profile mapping, per-phase fits with their samples, for plots). Pull records
+    give ``image_cache.pull_mb_s`` (its ``cache_gb`` is ``image_cache_gb``, not measured); reset
+    records give ``reset``. ``points``: contention points per operation (:func:`curve_by_load`)
+    or ``per-level`` (a level's mean count against its median: how profiles before it were made).
+    ``weights``: with per-operation points, weigh other phases' operations in each phase's load
+    (:func:`operation_weights`), else every operation in flight counts one. ``shared``: creates
+    and teardowns share their host (``contention.shared``), their curves read on the load averaged
+    over each operation's life; else every curve reads the load at the operation's start.
+
+    Reference-block records (``reference: true``, the probe's repeated short blocks) are left out
+    of the fit; they give the drift (:mod:`simrollout.calibration.drift`). ``bootstrap``: refits
+    from resamples of whole sandboxes per level, stored under ``uncertainty``
+    (:mod:`simrollout.calibration.bootstrap`; 0, the default here: none; None, the default of
+    ``simrollout calibrate``: :data:`DEFAULT_BOOTSTRAP`, a probe too thin to resample then warned
+    about instead of refused); ``seed`` draws the resamples. The point fit is the same whatever
+    ``bootstrap`` is."""
+    from .bootstrap import DEFAULT_BOOTSTRAP, uncertainty
+    from .drift import reference_drift, split_reference
+
+    if points not in ("per-operation", "per-level"):
+        raise InputError(f"contention points: expected per-operation or per-level, got '{points}'.")
+    if bootstrap is not None and bootstrap < 0:
+        raise InputError(f"--bootstrap: expected a count of refits >= 0, got {bootstrap}.")
+    records, unanswered = _answered(records)
+    reference, records = split_reference(records)
+    _check(records)
+    paced = any(r.get("think") for r in records)  # ``probe --think``: commands spaced like turns
+    shared = shared and points == "per-operation"
+    weights = weights and points == "per-operation"
+    annotated = annotate(records, shared, weights)
+    by_phase = by_phase_of(annotated)
+    pulls = by_phase.pop("pull", [])
+    substrate, fits_out, plots = fit_substrate(by_phase, criterion, points, weights, shared, paced)
     if records[0]["backend"] not in LOCAL and substrate["contention"]:
         # one probing client measured what its own operations in flight do; across many rollout
         # clients of a hosted service that curve applies per client, not to the whole service
@@ -490,6 +577,7 @@ def calibrate(
     if rate:
         substrate["image_cache"] = {"pull_mb_s": rate, "cache_gb": image_cache_gb}
     first = records[0]
+    fitted_weights = substrate["contention"].get("weights")
     profile = {
         "version": 1,
         "name": name,
@@ -512,6 +600,7 @@ def calibrate(
             "probe_files": sorted({Path(r["_file"]).name for r in records}),
             "runs": sorted({r["run_id"] for r in records}),
             "samples": {p: len(rs) for p, rs in by_phase.items()} | ({"pull": len(pulls)} if pulls else {}),
+            **({"reference_samples": len(reference)} if reference else {}),
             **({"left_out": unanswered} if unanswered else {}),
             **({"think_s": _thinks(records)} if paced else {}),
             **(
@@ -524,6 +613,18 @@ def calibrate(
         "fits": fits_out,
     }
     Substrate.model_validate({"name": name, **substrate})
+    drift = reference_drift(reference)
+    refits = DEFAULT_BOOTSTRAP if bootstrap is None else bootstrap
+    if refits:
+        fit_args = dict(criterion=criterion, points=points, weights=weights, shared=shared, paced=paced)
+        choices = {"families": {ph: f["selected"] for ph, f in fits_out.items()},
+                   "weights": fitted_weights or {}}  # fmt: skip
+        profile["uncertainty"] = uncertainty(
+            annotated, substrate, drift, refits, seed, fit_args, strict=bootstrap is not None, name=name,
+            choices=choices,
+        )  # fmt: skip
+    elif drift is not None or reference:
+        profile["uncertainty"] = {"method": "none (no refits)", "refits": 0, "seed": seed, "drift": drift}
     return profile, plots
 
 

@@ -31,6 +31,7 @@ THINK_DRAWS = ("fixed", "exponential")
 # concurrency levels a probe covers by default: dense, since creates happen near a level's count
 LEVELS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 PROBE_LEVELS = ",".join(map(str, LEVELS))
+REFERENCE = 6  # sandboxes per reference block of ``simrollout probe`` (at its first level)
 
 
 @dataclass
@@ -52,6 +53,8 @@ class ProbeRecord:
     command: str | None = None
     bytes: int | None = None  # pull: the task image archive's size
     think: float = 0.0  # exec: seconds its sandbox waited before it (ProbePlan.think)
+    reference: bool = False  # a reference block's record (drift; left out of the fit)
+    block: int | None = None  # which reference block: 0 = the start, the last = the end
 
 
 class CorruptTransfer(RuntimeError):
@@ -102,6 +105,11 @@ class ProbePlan:
     # as a rollout's do); "fixed": every wait ``think`` (their commands stay in step and collide)
     think_draw: str = "fixed"
     seed: int = 0  # the drawn waits: the same plan waits the same
+    # reference blocks (the drift, simrollout.calibration.drift): this many sandboxes at the first
+    # level and one fill of the top level (at least this many), at the start, between ``middle``
+    # + 1 equal parts of the levels and at the end; 0 (here): none; ``simrollout probe``: REFERENCE
+    reference: int = 0
+    middle: int = 1
 
     def __post_init__(self) -> None:
         if self.think_draw not in THINK_DRAWS:
@@ -117,6 +125,22 @@ class ProbePlan:
     def count(self, level: int) -> int:
         """Lifecycles at ``level``: enough to fill it twice and give 32 samples of each phase."""
         return self.sandboxes or max(32, 2 * level)
+
+    def schedule(self) -> list[tuple[int, int, int | None]]:
+        """The probe's order: ``(level, lifecycles, reference block or None)``, the reference
+        blocks (first level, then top level) at the start, between equal parts of the levels and
+        at the end."""
+        main = [(c, self.count(c), None) for c in self.levels]
+        if not self.reference:
+            return main
+        ref_levels = list(dict.fromkeys((self.levels[0], max(self.levels))))
+        parts = np.array_split(np.arange(len(main)), self.middle + 1)
+        size = {c: self.reference if c == self.levels[0] else max(self.reference, c) for c in ref_levels}
+        out: list[tuple[int, int, int | None]] = []
+        for b, part in enumerate(parts):
+            out += [(c, size[c], b) for c in ref_levels]
+            out += [main[k] for k in part]
+        return out + [(c, size[c], len(parts)) for c in ref_levels]
 
 
 def probe(
@@ -152,7 +176,7 @@ def probe(
     live: dict[int, object] = {}
     lock = threading.Lock()
 
-    def timed(phase, level, idx, fn, command=None, size=None, think=0.0):
+    def timed(phase, level, idx, fn, command=None, size=None, think=0.0, block=None):
         t0, w0 = time.time(), time.perf_counter()
         err = None
         try:
@@ -171,16 +195,18 @@ def probe(
             command=command,
             bytes=size,
             think=think,
+            reference=block is not None,
+            block=block,
         )
         writer.write(rec)
         if on_record:
             on_record(rec)
         return result, err
 
-    def lifecycle(level: int, idx: int) -> None:
+    def lifecycle(level: int, idx: int, block: int | None = None) -> None:
         if stop.is_set():
             return
-        box, err = timed("create", level, idx, lambda: backend.create(plan.image, run_id))
+        box, err = timed("create", level, idx, lambda: backend.create(plan.image, run_id), block=block)
         if err is not None:
             return
         with lock:
@@ -192,17 +218,18 @@ def probe(
                 if stop.is_set():
                     break
                 timed("exec", level, idx, lambda: backend.exec(box, plan.command), plan.command,
-                      think=wait)  # fmt: skip
+                      think=wait, block=block)  # fmt: skip
             # file transfers are timed at the first level only: the model has no such operation,
             # so under load they would only inflate the contention of the others
-            if plan.files and backend.supports_files and level == plan.levels[0] and not stop.is_set():
+            first = level == plan.levels[0] and block is None
+            if plan.files and backend.supports_files and first and not stop.is_set():
                 data, path = os.urandom(4096), "/tmp/simrollout.bin"
                 timed("upload", level, idx, lambda: backend.upload(box, path, data))
                 timed("download", level, idx, lambda: _same(data, backend.download(box, path)))
-            if plan.reset and level == plan.levels[0] and not stop.is_set():
+            if plan.reset and first and not stop.is_set():
                 timed("reset", level, idx, lambda: backend.exec(box, plan.reset), plan.reset)
         finally:
-            timed("teardown", level, idx, lambda: backend.remove(box))
+            timed("teardown", level, idx, lambda: backend.remove(box), block=block)
             with lock:
                 live.pop(id(box), None)
 
@@ -222,20 +249,20 @@ def probe(
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        for level in plan.levels:
+        for level, count, block in plan.schedule():
             with ThreadPoolExecutor(level) as pool:
                 futures = []
                 try:
-                    for idx in range(plan.count(level)):
+                    for idx in range(count):
                         if plan.mode == "staggered" and idx:
                             time.sleep(plan.gap)
                         elif plan.mode == "burst" and idx and idx % level == 0:
                             for f in futures[-level:]:  # waves of `level` released together
                                 f.result()
-                        futures.append(pool.submit(lifecycle, level, idx))
+                        futures.append(pool.submit(lifecycle, level, idx, block))
                     for f in futures:
                         f.result()
-                    if level == plan.levels[0]:
+                    if level == plan.levels[0] and block is None:
                         pulls(level)
                 except BaseException:
                     stop.set()  # running lifecycles stop between operations and tear down
@@ -277,7 +304,8 @@ def read_records(paths: list[Path]) -> list[dict]:
     from ..errors import InputError, read_text
 
     out = []
-    required = {f for f in ProbeRecord.__dataclass_fields__ if f not in ("command", "bytes", "think")}
+    optional = ("command", "bytes", "think", "reference", "block")
+    required = {f for f in ProbeRecord.__dataclass_fields__ if f not in optional}
     for path in paths:
         for n, line in enumerate(read_text(path, "JSONL file of probe records").splitlines(), 1):
             if not line.strip():

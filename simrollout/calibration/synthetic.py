@@ -12,6 +12,15 @@ can predict at best: a miss here is the method's, not the machine's.
 >>> recs = simulate_probe(sub, levels=(1, 2), sandboxes=4, commands=2)
 >>> len(recs), sorted({r["phase"] for r in recs})
 (32, ['create', 'exec', 'teardown'])
+
+With ``reference``, the probe repeats its reference blocks as ``simrollout probe`` does
+(:meth:`ProbePlan.schedule`); ``drift`` makes the machine slow down linearly over the probe:
+the k-th of K parts of the schedule runs with every lifecycle latency times
+``1 + drift x k / (K - 1)``.
+
+>>> recs = simulate_probe(sub, levels=(1, 2), sandboxes=4, commands=2, reference=2, drift=0.1)
+>>> sorted({r["block"] for r in recs if r["reference"]})
+[0, 1, 2]
 """
 
 from __future__ import annotations
@@ -20,10 +29,19 @@ from dataclasses import asdict
 
 import simpy
 
+from ..distributions import Scaled
 from ..rng import stream
 from ..scenario import Substrate
 from ..sim.fleet import Fleet
-from .probe import LEVELS, ProbeRecord
+from .probe import LEVELS, ProbePlan, ProbeRecord
+
+
+def _slowed(sub: Substrate, factor: float) -> Substrate:
+    """``sub`` with its create, exec and teardown latencies times ``factor``."""
+    if factor == 1.0:
+        return sub
+    fields = ("cold_start", "exec_overhead", "teardown")
+    return sub.model_copy(update={f: Scaled(factor=factor, dist=getattr(sub, f)) for f in fields})
 
 
 def simulate_probe(
@@ -32,24 +50,34 @@ def simulate_probe(
     sandboxes: int = 0,
     commands: int = 10,
     seed: int = 0,
+    reference: int = 0,
+    drift: float = 0.0,
+    middle: int = 1,
 ) -> list[dict]:
-    """Probe records (one dict per operation) of ``sub`` at each level, as ``probe`` would write."""
+    """Probe records (one dict per operation) of ``sub`` at each level, as ``probe`` would write;
+    ``reference`` sandboxes per reference block (0: none), ``drift`` the slowdown from the start
+    to the end of the probe."""
     out: list[dict] = []
-    for level in levels:
+    plan = ProbePlan(sandboxes=sandboxes, levels=tuple(levels), reference=reference, middle=middle)
+    order = plan.schedule()
+    for part, (level, count, block) in enumerate(order):
         env = simpy.Environment()
-        rng = stream(seed, "synthetic-probe", sub.name, level)
-        fleet = Fleet(env, sub, rng)
-        count = sandboxes or max(32, 2 * level)
+        key = ("synthetic-probe", sub.name, level) + (() if block is None else ("reference", block))
+        rng = stream(seed, *key)
+        now = _slowed(sub, 1.0 + drift * part / max(len(order) - 1, 1))
+        fleet = Fleet(env, now, rng)
         todo = iter(range(count))
 
-        def record(phase: str, idx: int, start: float, latency: float, ok: bool = True, level=level):
+        def record(phase: str, idx: int, start: float, latency: float, ok: bool = True, level=level,
+                   block=block):  # fmt: skip
             out.append(asdict(ProbeRecord(
                 run_id=f"synthetic-{level}", backend="synthetic", backend_version="", engine_version="",
                 host="model", image="", phase=phase, start=start, latency=latency, concurrency=level,
                 mode="sequential", ok=ok, error=None if ok else "Failed", sandbox=idx,
+                reference=block is not None, block=block,
             )))  # fmt: skip
 
-        def lifecycle(k: int, rng=rng, fleet=fleet, env=env, todo=todo):
+        def lifecycle(k: int, rng=rng, fleet=fleet, env=env, todo=todo, sub=now):
             # starts a nanosecond apart: the records' count of operations in flight at a start
             # is then the count the model used (simultaneous starts would all count each other)
             yield env.timeout(k * 1e-9)
