@@ -802,9 +802,18 @@ def _say_uncertainty(unc: dict | None) -> None:
                    f"against the fit): {spread}")  # fmt: skip
 
 
-@app.command()
+validate_app = typer.Typer(
+    add_completion=False,
+    help="Check the simulator against real runs: a real mini-rollout (or agent loop) against its "
+    "simulation; `validate suite` runs the interleaved held-out suite.",
+)
+app.add_typer(validate_app, name="validate")
+
+
+@validate_app.callback(invoke_without_command=True)
 def validate(
-    profile: Path = typer.Option(..., help="Profile calibrated from a probe of the same engine."),
+    ctx: typer.Context,
+    profile: Path | None = typer.Option(None, help="Profile calibrated from a probe of the same engine."),
     backend: str = typer.Option("docker", help="Backend to run the real mini-rollout on."),
     trajectories: int = typer.Option(
         None, help="Trajectories per concurrency level (default: 64; --engine: 16)."
@@ -871,7 +880,12 @@ def validate(
     ),  # fmt: skip
 ) -> None:
     """Run a real mini-rollout, simulate the same, and print the difference per metric and target.
-    Exit code 1 when a target is missed."""
+    Exit code 1 when a target is missed. `validate suite` runs the interleaved held-out suite."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if profile is None:
+        raise InputError("validate: give --profile (a profile calibrated from a probe of the same engine), "
+                         "or run 'simrollout validate suite'.")  # fmt: skip
 
     import pandas as pd
 
@@ -972,6 +986,61 @@ def validate(
     _conclude(title, "simulated\n(95% range)", table, record,
               lambda tmp: keep(tmp, scn, real, table, be, speed, ops, by_load),
               notes=[note, _exec_load_note(by_load)])  # fmt: skip
+
+
+@validate_app.command("suite")
+def validate_suite(
+    record: Path = typer.Option(
+        Path("validation"),
+        "--record",
+        help="Folder of REPORT.md, suite.json and "
+        "history.csv (each cell's probes, runs and profile go under <record>/<target>/).",
+    ),
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        help="An OpenAI-compatible server's URL (llama.cpp's): "
+        "run the engine suite (agent loop) instead of the Docker one.",
+    ),
+    model: str = typer.Option("tiny", help="--engine: the model name."),
+    request_extra: str = typer.Option("{}", help="--engine: extra request fields as JSON."),
+    levels: str | None = typer.Option(
+        None, help="Comma-separated levels (Docker: 8,16,32,48; engine: 1,4,8)."
+    ),
+    workloads: str | None = typer.Option(
+        None, help="Comma-separated held-out workloads (default: all of the target's)."
+    ),
+    repeats: int = typer.Option(
+        3, help="Real repeats (and probe blocks) per cell, at least 3 for a verdict."
+    ),
+    max_repeats: int = typer.Option(6, help="Repeats a cell may grow to while it is indeterminate."),
+    bootstrap: int | None = typer.Option(
+        None, help="Refits of each cell's profile for its band (default: the fit's)."
+    ),
+    seed: int = typer.Option(0, help="Seed of the blocks' order."),
+    image: str = typer.Option("simrollout-busybox:local", help="Docker: the image."),
+    budget: float | None = typer.Option(
+        None,
+        help="Minutes: past them no repeats are added (each cell "
+        "keeps its base blocks; a cell left indeterminate says so).",
+    ),
+    refit: bool = typer.Option(
+        False,
+        "--refit",
+        help="Run nothing real: fit and simulate every recorded "
+        "cell again from its own probe blocks and real runs (another fit or model "
+        "version on the same sitting).",
+    ),
+) -> None:
+    """Held-out cells (workload x concurrency), each as probe blocks and real blocks in a seeded,
+    balanced alternating order; each cell's profile fitted from its own probe blocks; per cell and
+    metric the real mean with its 95% CI, the simulated point with its 90% band, the error and a
+    verdict. Writes <record>/REPORT.md, suite.json and a row of history.csv."""
+    from .calibration.suite_cli import run_suite_command
+
+    run_suite_command(record, engine, model, _json_option(request_extra, "--request-extra"), levels,
+                      workloads, repeats, max_repeats, bootstrap, seed, image, budget, refit,
+                      echo=typer.echo)  # fmt: skip
 
 
 def _exec_load_note(by_load) -> str:

@@ -111,7 +111,7 @@ def test_an_engine_probes_reference_requests_give_its_drift_and_stay_out_of_its_
     from simrollout.calibration.engine_fit import engine_profile
     from tests.conftest import ROOT
 
-    recs = read_records([ROOT / "calibration/probes/llama-cpp-tiny-m.jsonl"])
+    recs = read_records([ROOT / "tests/calibration/records/llama-cpp-tiny-m.jsonl"])
     plain = [r for r in recs if r["concurrency"] == 1 and r["mode"] == "plain" and r["ok"] and r["ttft"]][:4]
     top = max(r["concurrency"] for r in recs)
     ref = []

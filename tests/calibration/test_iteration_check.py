@@ -14,7 +14,7 @@ from tests.conftest import ROOT, cli
 sys.path.insert(0, str(ROOT / "scripts"))
 from tiny_gguf import ascii_only_bias  # noqa: E402
 
-PROFILE = ROOT / "calibration" / "engines" / "llama-cpp-tiny-j.yaml"
+PROFILE = ROOT / "tests" / "calibration" / "records" / "llama-cpp-tiny-j.yaml"
 
 
 def test_iterations_timed_on_the_server_beside_the_profile(llama_server, tmp_path):
@@ -70,7 +70,7 @@ def test_iterations_and_pinned_slots_need_an_engine_validation(tmp_path):
         res = cli("validate", *extra, "--profile", PROFILE)
         assert res.returncode == 2 and "give --engine" in res.stderr and "Traceback" not in res.stderr
     res = cli("validate", "--engine", "--iterations", "--profile", PROFILE, "--against",
-              ROOT / "validation" / "engine-llama-cpp-sitting-12")  # fmt: skip
+              ROOT / "tests" / "calibration" / "records" / "engine-llama-cpp-sitting-12")  # fmt: skip
     assert res.returncode == 2 and "takes no --pin-slots or --iterations" in res.stderr
     res = cli("probe", "docker", "--pin-slots", "-o", tmp_path / "p.jsonl")
     assert res.returncode == 2 and "applies to 'probe openai', not docker" in res.stderr

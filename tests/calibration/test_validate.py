@@ -129,7 +129,7 @@ def test_speed_check_reads_the_engine_against_the_profile(docker_engine, tmp_pat
     from tests.conftest import cli
 
     be = get_backend("docker")
-    profile = root / "calibration/profiles/docker-recipe-e.yaml"
+    profile = root / "tests/calibration/records/docker-recipe-e.yaml"
     a = speed_check(be, profile, "simrollout-busybox:local", "as probed")
     b = speed_check(be, _slower(profile, tmp_path / "slow.yaml"), "simrollout-busybox:local", "3x")
     assert a["real"] > 0 and 2.5 < b["profile"] / a["profile"] < 3.5

@@ -7,7 +7,7 @@ import pytest
 from simrollout.calibration.validate_engine import SPEED_OUTPUT, agent_scenario, speed_check
 from tests.conftest import ROOT
 
-PROFILE = ROOT / "calibration" / "engines" / "llama-cpp-tiny-c.yaml"
+PROFILE = ROOT / "tests" / "calibration" / "records" / "llama-cpp-tiny-c.yaml"
 
 
 class Scaled:
@@ -60,8 +60,8 @@ def test_against_compares_a_recorded_agent_loop_with_the_given_engine_profile(tm
 
     from simrollout.calibration.validate_engine import compare_engine, recorded_agent_loop
 
-    folder = ROOT / "validation" / "engine-llama-cpp-sitting-5"
-    profile = ROOT / "calibration" / "engines" / "llama-cpp-tiny-f.yaml"
+    folder = ROOT / "tests" / "calibration" / "records" / "engine-llama-cpp-sitting-5"
+    profile = ROOT / "tests" / "calibration" / "records" / "llama-cpp-tiny-f.yaml"
     scn, real = recorded_agent_loop(folder, profile)
     assert scn.cluster.levels == [1, 4, 8] and scn.trajectories == 16 and real["run"].nunique() == 3
     same = compare_engine(real, scn).set_index(["concurrency", "metric"])
@@ -77,13 +77,13 @@ def test_against_compares_a_recorded_agent_loop_with_the_given_engine_profile(tm
 def test_against_refuses_an_engine_record_read_as_a_sandbox_rollout_and_the_reverse():
     from tests.conftest import cli
 
-    engine_record = str(ROOT / "validation" / "engine-llama-cpp-sitting-5")
+    engine_record = str(ROOT / "tests" / "calibration" / "records" / "engine-llama-cpp-sitting-5")
     proc = cli("validate", "--profile", str(ROOT / "calibration/profiles/docker-local.yaml"),
                "--against", engine_record)  # fmt: skip
     assert proc.returncode == 2 and "missing column(s) cold, end, llm, tool" in proc.stderr
     assert "read with --engine" in proc.stderr and "Traceback" not in proc.stderr
     proc = cli("validate", "--engine", "--profile", str(PROFILE), "--against",
-               str(ROOT / "validation" / "docker-heldout-10"))  # fmt: skip
+               str(ROOT / "tests" / "calibration" / "records" / "docker-heldout-10"))  # fmt: skip
     assert (
         proc.returncode == 2 and "cluster.inference.profile" in proc.stderr and "Traceback" not in proc.stderr
     )
@@ -98,8 +98,8 @@ def test_the_table_shows_where_a_request_goes_without_targets_for_it():
     from simrollout.calibration.validate_engine import compare_engine, recorded_agent_loop
     from tests.conftest import cli
 
-    folder = ROOT / "validation" / "engine-llama-cpp-sitting-9"
-    profile = ROOT / "calibration" / "engines" / "llama-cpp-tiny-j.yaml"
+    folder = ROOT / "tests" / "calibration" / "records" / "engine-llama-cpp-sitting-9"
+    profile = ROOT / "tests" / "calibration" / "records" / "llama-cpp-tiny-j.yaml"
     scn, real = recorded_agent_loop(folder, profile)
     table = compare_engine(real, scn).set_index(["concurrency", "metric"])
     req = real[(real.step >= 0) & (real.concurrency == 8)]
@@ -132,8 +132,8 @@ def test_the_pinned_sittings_meet_every_target_again_from_their_records(sitting,
 
     from tests.conftest import cli
 
-    folder = ROOT / "validation" / f"engine-llama-cpp-sitting-{sitting}"
-    profile = ROOT / "calibration" / "engines" / f"llama-cpp-tiny-{probe}.yaml"
+    folder = ROOT / "tests" / "calibration" / "records" / f"engine-llama-cpp-sitting-{sitting}"
+    profile = ROOT / "tests" / "calibration" / "records" / f"llama-cpp-tiny-{probe}.yaml"
     assert json.loads((folder / "machine.json").read_text())["pin_slots"] is True
     proc = cli("validate", "--engine", "--profile", str(profile), "--against", str(folder))
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,231 @@
+"""The validation suite on a serving engine (an OpenAI-compatible server; llama.cpp's): a probe
+block is a short ``probe openai`` (every level of the engine probe, fewer requests); a real block
+is the cell's agent loop run for real (:func:`validate_engine.real_agent_loop`, each client
+pinned to its own slot); a cell's engine profile is fitted from its own probe blocks."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .suite import Cell, SuitePlan, point_and_band, simulate_band
+from .suite_docker import _gzip
+from .validate_engine import TARGETS as REQUEST_TARGETS
+from .validate_engine import _metrics, agent_scenario, real_agent_loop
+
+
+@dataclass(frozen=True)
+class EngineWorkload:
+    """A held-out agent loop: ``steps`` turns per trajectory, a context starting at ``prompt``
+    tokens and growing by each completion (``output`` tokens) and ``appended`` new tokens a turn,
+    a tool wait drawn from ``tool`` between turns; ``2 x level`` trajectories (at least
+    ``min_trajectories``)."""
+
+    name: str
+    steps: int
+    prompt: int
+    appended: int
+    output: int
+    tool: dict
+    min_trajectories: int = 8
+
+    def trajectories(self, level: int) -> int:
+        return max(self.min_trajectories, 2 * level)
+
+    def describe(self) -> str:
+        return (
+            f"{self.steps} turns, prompt {self.prompt} tokens, +{self.appended} a turn, {self.output} "
+            f"output tokens, tool wait lognormal {self.tool['median']:g} / {self.tool['p99']:g} s"
+        )
+
+
+# held out: committed before its first real run; the agent loops before it (prompt 256, +64, 32
+# output, 6 turns) were used to choose the engine model
+ENGINE_WORKLOADS = (
+    EngineWorkload("long-prompt", 5, 512, 32, 24, {"kind": "lognormal", "median": 0.2, "p99": 1.0}),
+)
+ENGINE_LEVELS = (1, 4, 8)
+# the engine's targets: request latency as `validate --engine`, trajectory durations and makespan
+# as the sandbox suite's
+TARGETS = {**REQUEST_TARGETS, "duration_p50": 10, "duration_p99": 20}
+# a probe block: per level (1, 4, 8) and prompt length (128, 1,024) 2 requests (the full probe:
+# max(8, 2 x level) at 1, 2, 4, 8), one round of decode runs of 48 tokens, one shared-prefix pair
+PROBE_LEVELS, PROBE_REQUESTS, PROBE_DECODE = (1, 4, 8), 2, 48
+
+
+def engine_real_metrics(run: pd.DataFrame) -> dict[str, float]:
+    """One real agent loop at one level: :func:`validate_engine._metrics` and the trajectories'
+    duration percentiles (first request's start to the end of the last tool wait)."""
+    out = _metrics(run)
+    ends = run[run.step < 0].set_index("trajectory").start
+    starts = run[run.step >= 0].groupby("trajectory").start.min()
+    dur = (ends - starts.reindex(ends.index)).to_numpy()
+    out.update(duration_p50=float(np.percentile(dur, 50)), duration_p99=float(np.percentile(dur, 99)))
+    return out
+
+
+def engine_measured(res) -> pd.DataFrame:
+    """A simulated agent loop's figures per level, off its summary."""
+    s = res.summary
+    return pd.DataFrame(
+        {
+            "concurrency": s.concurrency,
+            "request_p50": s.llm_request_p50,
+            "request_p99": s.llm_request_p99,
+            "makespan": s.makespan_hours * 3600,
+            "duration_p50": s.duration_p50,
+            "duration_p99": s.duration_p99,
+        }
+    )
+
+
+BANDED_AS = {"makespan": "makespan_hours", "duration_p50": "duration_p50", "duration_p99": "duration_p99"}
+
+
+class EngineTarget:
+    """The suite against a real server at ``base_url``; probe records, real loops and each cell's
+    engine profile go under ``folder/<cell>/``."""
+
+    name = "engine"
+    targets = TARGETS
+
+    def __init__(self, base_url: str, model: str, extra: dict, folder: Path, seed: int = 0, pin: bool = True):
+        from .engine_probe import Server
+
+        self.server, self.extra, self.folder, self.seed, self.pin = (
+            Server(base_url, model),
+            extra,
+            folder,
+            seed,
+            pin,
+        )
+        self.runs: dict[str, list[pd.DataFrame]] = {}
+
+    def _dir(self, cell: Cell) -> Path:
+        d = self.folder / cell.label.replace("@", "-")
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def _scenario(self, cell: Cell, profile: Path):
+        w = cell.workload
+        return agent_scenario(
+            profile,
+            w.trajectories(cell.level),
+            w.steps,
+            [cell.level],
+            w.prompt,
+            w.appended,
+            w.output,
+            w.tool,
+            self.seed,
+        )
+
+    def probe(self, cell: Cell, block: int) -> list[dict]:
+        from .engine_probe import EnginePlan, probe_engine
+        from .probe import read_records
+
+        out = self._dir(cell) / "probes.jsonl"
+        start = sum(1 for _ in out.open()) if out.exists() else 0
+        plan = EnginePlan(
+            levels=PROBE_LEVELS,
+            requests=PROBE_REQUESTS,
+            decode_output=PROBE_DECODE,
+            decode_rounds=1,
+            pairs=1,
+            pin_slots=self.pin,
+            extra=self.extra,
+        )
+        probe_engine(self.server, plan, out)
+        return read_records([out])[start:]
+
+    def recorded(self, cell: Cell) -> tuple[list[dict], dict[str, list[float]]]:
+        """A recorded cell's probe records and real metrics per repeat (``probes.jsonl.gz``,
+        ``real.csv``)."""
+        from .suite_docker import read_gzipped_records
+
+        d = self._dir(cell)
+        records = read_gzipped_records(d / "probes.jsonl.gz")
+        self.runs[cell.label] = [g for _, g in pd.read_csv(d / "real.csv").groupby("run")]
+        real: dict[str, list[float]] = {}
+        for g in self.runs[cell.label]:
+            for m, v in engine_real_metrics(g).items():
+                real.setdefault(m, []).append(v)
+        return records, real
+
+    def real(self, cell: Cell, repeat: int) -> dict[str, float]:
+        scn = self._placeholder(cell)  # the real loop reads the workload's draws, not the engine
+        run = real_agent_loop(self.server, scn, self.seed, self.extra, run=repeat, pin=self.pin)
+        self.runs.setdefault(cell.label, []).append(run)
+        return engine_real_metrics(run)
+
+    def _placeholder(self, cell: Cell):
+        from .fit import write_profile
+
+        path = self.folder / "placeholder-engine.yaml"
+        if not path.exists():
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_profile(
+                {
+                    "version": 1,
+                    "name": "placeholder",
+                    "engine": {
+                        "iteration": {"base": 0.01, "per_prefill_token": 1e-4, "per_decode": 0.001},
+                        "kv_capacity_tokens": 16384,
+                        "max_running": 8,
+                    },
+                },
+                path,
+            )
+        return self._scenario(cell, path)
+
+    def simulate(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, dict]:
+        from .engine_fit import engine_profile
+        from .fit import write_profile
+
+        d = self._dir(cell)
+        profile = engine_profile(records, f"suite-{cell.label}")
+        write_profile(profile, d / "profile.yaml")
+        scn = self._scenario(cell, d / "profile.yaml")
+        per_draw, refits, source = simulate_band(scn, engine_measured, 1)
+        if refits is None:  # one deterministic engine, tool waits the real's: no band to read
+            source = "none: the engine fit makes no refits"
+        out = {}
+        for m in TARGETS:
+            pb = point_and_band(per_draw, refits, cell.level, m, BANDED_AS.get(m), _convert(m), source)
+            if refits is None or m not in BANDED_AS:
+                pb.update(lo=float("nan"), hi=float("nan"))
+            out[m] = pb
+        if self.runs.get(cell.label):
+            pd.concat(self.runs[cell.label]).to_csv(d / "real.csv", index=False)
+        _gzip(d / "probes.jsonl")
+        out["_extra"] = {"iteration": profile["engine"]["iteration"], "fit": profile.get("fit", {})}
+        return out
+
+    def machine(self) -> dict:
+        return {
+            "cpus": os.cpu_count(),
+            "server": "llama.cpp llama-server" if "slots" in self.server.info() else "",
+            "pin_slots": self.pin,
+            "request_extra": sorted(self.extra),
+            **self.server.info(),
+        }
+
+
+def _convert(metric: str):
+    return (lambda v: v * 3600) if metric == "makespan" else float
+
+
+def engine_notes(results) -> list[str]:
+    """For each cell that missed a target: the fitted iteration costs, to read the miss by."""
+    lines = []
+    for res in results:
+        missed = [r["metric"] for r in res.rows if r["verdict"] == "miss"]
+        if missed:
+            it = res.extra.get("iteration", {})
+            costs = ", ".join(f"{k} {v:.3g}" for k, v in it.items())
+            lines.append(f"- {res.cell.label} missed {', '.join(missed)}; its fitted iteration (s): {costs}.")
+    return (["Where the engine model misses:", "", *lines]) if lines else []

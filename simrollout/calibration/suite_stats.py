@@ -1,0 +1,116 @@
+"""The validation suite's arithmetic: a real mean's confidence interval over repeats, a cell's
+verdict against its target, and a suite's summary (MAPE, band coverage, cells per verdict).
+
+>>> mean, half = t_interval([10.0, 12.0, 14.0])
+>>> round(mean, 3), round(half, 3)
+(12.0, 4.968)
+>>> verdict(100.0, 5.0, 108.0, 10), verdict(100.0, 5.0, 115.0, 10), verdict(100.0, 12.0, 100.0, 10)
+('pass', 'miss', 'indeterminate')
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+VERDICTS = ("pass", "miss", "indeterminate")
+CONFIDENCE = 0.95  # of the real mean's interval (a t-interval over the repeats)
+
+
+def t_interval(values, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Mean of ``values`` and the half-width of its two-sided t-interval (``nan`` for one value)."""
+    x = np.asarray(values, dtype=float)
+    mean = float(np.mean(x))
+    if len(x) < 2:
+        return mean, float("nan")
+    sem = float(stats.sem(x))
+    return mean, float(stats.t.ppf(0.5 + confidence / 2, len(x) - 1) * sem)
+
+
+def relative(x: float, of: float) -> float:
+    """``x`` in % of ``of`` (``nan`` when ``of`` is zero)."""
+    return 100 * x / of if of else float("nan")
+
+
+def verdict(real_mean: float, half_width: float, simulated: float, target_pct: float) -> str:
+    """``indeterminate`` when the real mean's 95% half-width is above the target (or unknown: one
+    repeat), else ``pass`` when the simulated point is within the target of the real mean, else
+    ``miss``."""
+    half = relative(half_width, abs(real_mean))
+    if not half <= target_pct:  # nan (one repeat, a zero mean) is indeterminate too
+        return "indeterminate"
+    return "pass" if abs(relative(simulated - real_mean, real_mean)) <= target_pct else "miss"
+
+
+def needs_repeats(real: dict[str, list[float]], targets: dict[str, float]) -> list[str]:
+    """The metrics whose real 95% half-width is still above their target (more repeats help)."""
+    out = []
+    for m, tgt in targets.items():
+        mean, half = t_interval(real[m])
+        if not relative(half, abs(mean)) <= tgt:
+            out.append(m)
+    return out
+
+
+def cell_rows(
+    cell: dict, real: dict[str, list[float]], sim: dict[str, dict], targets: dict[str, float]
+) -> list[dict]:
+    """One row per metric of a cell (``cell``'s keys first): the real mean, its 95% half-width,
+    the repeats, the simulated point and its 90% band, the error (% of the real mean), whether
+    the band covers the real mean, and the verdict."""
+    rows = []
+    for m, tgt in targets.items():
+        mean, half = t_interval(real[m])
+        s = sim[m]
+        lo, hi = s.get("lo", float("nan")), s.get("hi", float("nan"))
+        rows.append(
+            {
+                **cell,
+                "metric": m,
+                "target_pct": tgt,
+                "repeats": len(real[m]),
+                "real_mean": mean,
+                "real_half": half,
+                "real_half_pct": relative(half, abs(mean)),
+                "simulated": s["point"],
+                "sim_lo": lo,
+                "sim_hi": hi,
+                "error_pct": relative(s["point"] - mean, mean),
+                "covered": bool(lo <= mean <= hi) if lo == lo and hi == hi else None,
+                "verdict": verdict(mean, half, s["point"], tgt),
+                "real": [float(v) for v in real[m]],
+            }
+        )
+    return rows
+
+
+def summarize(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per metric over a suite's cells: its target, MAPE (mean absolute error, % of the real
+    mean), band coverage (share of cells whose 90% band holds the real mean; cells without a
+    band are left out), and the count of cells per verdict."""
+    out = []
+    for m, g in rows.groupby("metric", sort=False):
+        banded = g.covered.dropna()
+        out.append(
+            {
+                "metric": m,
+                "target_pct": float(g.target_pct.iloc[0]),
+                "cells": len(g),
+                "mape_pct": float(np.mean(np.abs(g.error_pct))),
+                "coverage": float(banded.astype(bool).mean()) if len(banded) else float("nan"),
+                **{v: int((g.verdict == v).sum()) for v in VERDICTS},
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def overall(rows: pd.DataFrame) -> dict:
+    """The suite in a few figures: cells, band coverage over every banded cell and metric, and the
+    cell-metric pairs per verdict."""
+    banded = rows.covered.dropna()
+    return {
+        "cells": int(rows[["workload", "level"]].drop_duplicates().shape[0]),
+        "coverage": float(banded.astype(bool).mean()) if len(banded) else float("nan"),
+        **{v: int((rows.verdict == v).sum()) for v in VERDICTS},
+    }

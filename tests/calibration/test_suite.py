@@ -1,0 +1,203 @@
+"""The interleaved validation suite: its arithmetic against hand-checked numbers, its verdicts and
+added repeats, its block order under drift (on the synthetic substrate, a known model), and the
+report, suite.json and history.csv it writes."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simrollout.calibration import suite_report
+from simrollout.calibration.suite import (
+    Cell,
+    SuitePlan,
+    Workload,
+    block_order,
+    next_pair,
+    rows_table,
+    run_suite,
+)
+from simrollout.calibration.suite_stats import needs_repeats, summarize, t_interval, verdict
+from simrollout.calibration.suite_synthetic import SyntheticTarget
+from tests.conftest import cli
+
+W = Workload("w", 2, {"kind": "lognormal", "median": 0.1, "p99": 0.5})
+
+
+def test_t_interval_by_hand():
+    # mean 12, sd 2, t(0.975, 2) = 4.3027: half-width 4.3027 * 2 / sqrt(3)
+    mean, half = t_interval([10.0, 12.0, 14.0])
+    assert mean == pytest.approx(12.0) and half == pytest.approx(4.3027 * 2 / 3**0.5, rel=1e-4)
+    # five repeats: t(0.975, 4) = 2.7764, sd of 1..5 = 1.5811
+    assert t_interval([1, 2, 3, 4, 5])[1] == pytest.approx(2.7764 * 1.5811 / 5**0.5, rel=1e-4)
+    assert np.isnan(t_interval([3.0])[1])
+
+
+def test_verdicts_pass_miss_indeterminate():
+    assert verdict(100.0, 9.9, 110.0, 10) == "pass"  # at the target, and the CI resolves it
+    assert verdict(100.0, 9.9, 110.5, 10) == "miss"
+    assert verdict(100.0, 9.9, 89.0, 10) == "miss"  # under-prediction misses too
+    assert verdict(100.0, 10.5, 100.0, 10) == "indeterminate"  # CI wider than the target
+    assert verdict(100.0, float("nan"), 100.0, 10) == "indeterminate"  # one repeat: no CI
+    assert needs_repeats({"a": [10, 12, 14], "b": [10, 10.1, 9.9]}, {"a": 10, "b": 10}) == ["a"]
+
+
+def _rows(errors, covered, verdicts, metric="m", target=10):
+    return pd.DataFrame(
+        {
+            "workload": "w",
+            "level": range(len(errors)),
+            "metric": metric,
+            "target_pct": target,
+            "error_pct": errors,
+            "covered": covered,
+            "verdict": verdicts,
+        }
+    )
+
+
+def test_mape_coverage_and_counts_by_hand():
+    rows = pd.concat(
+        [
+            _rows(
+                [5.0, -15.0, 10.0, -2.0], [True, False, True, None], ["pass", "miss", "pass", "indeterminate"]
+            ),
+            _rows([30.0, 10.0], [False, False], ["miss", "miss"], metric="n", target=20),
+        ]
+    )
+    s = summarize(rows).set_index("metric")
+    assert s.loc["m", "mape_pct"] == pytest.approx(8.0)  # (5 + 15 + 10 + 2) / 4
+    assert s.loc["m", "coverage"] == pytest.approx(2 / 3)  # the unbanded cell left out
+    assert (s.loc["m", "pass"], s.loc["m", "miss"], s.loc["m", "indeterminate"]) == (2, 1, 1)
+    assert s.loc["n", "mape_pct"] == pytest.approx(20.0) and s.loc["n", "coverage"] == 0.0
+
+
+@pytest.mark.parametrize("repeats", [3, 4, 5])
+@pytest.mark.parametrize("seed", range(4))
+def test_block_order_alternates_and_balances_the_mean_time(repeats, seed):
+    order = block_order(repeats, np.random.default_rng(seed))
+    for _ in range(2):  # repeats added keep it so
+        assert all(a != b for a, b in zip(order, order[1:])) and order[0] == order[-1]
+        pos = {k: np.mean([i for i, b in enumerate(order) if b == k]) for k in ("probe", "real")}
+        assert pos["probe"] == pos["real"]
+        assert min(order.count("probe"), order.count("real")) >= repeats
+        order = order + next_pair(order)
+    seq = block_order(repeats, np.random.default_rng(seed), interleave=False)
+    assert seq == ["probe"] * repeats + ["real"] * repeats
+
+
+class Scripted:
+    """A target whose real repeats read from a list (cycled) and whose simulation is fixed."""
+
+    name = "scripted"
+    targets = {"m": 10}
+
+    def __init__(self, reals, sim=100.0):
+        self.reals, self.sim, self.blocks = reals, sim, []
+
+    def probe(self, cell, block):
+        self.blocks.append("probe")
+        return []
+
+    def real(self, cell, repeat):
+        self.blocks.append("real")
+        return {"m": self.reals[repeat % len(self.reals)]}
+
+    def simulate(self, cell, records, plan):
+        return {"m": {"point": self.sim, "lo": self.sim * 0.95, "hi": self.sim * 1.05, "source": "fixed"}}
+
+    def machine(self):
+        return {}
+
+
+def test_repeats_are_added_while_indeterminate_up_to_the_bound():
+    steady = Scripted([100.0, 101.0, 99.0, 100.5])
+    r = rows_table(run_suite(steady, SuitePlan([Cell(W, 4)], repeats=3, max_repeats=6, seed=2)))
+    assert r.verdict.item() == "pass" and r.repeats.item() in (3, 4)  # no repeats added
+    noisy = Scripted([60.0, 140.0, 100.0])  # 95% half-width far above 10%: never resolves
+    r = rows_table(run_suite(noisy, SuitePlan([Cell(W, 4)], repeats=3, max_repeats=6, seed=2)))
+    assert r.repeats.item() == 6 and r.verdict.item() == "indeterminate"
+    assert noisy.blocks.count("real") == 6
+    # resolves once the spread of repeats narrows: 3 wide values, then close ones
+    # (90, 110, 100: 24.8%; with a fourth 100: 13.0%; a fifth: 8.8%)
+    settling = Scripted([90.0, 110.0] + [100.0] * 10)
+    r = rows_table(run_suite(settling, SuitePlan([Cell(W, 4)], repeats=3, max_repeats=9, seed=0)))
+    assert r.repeats.item() == 5 and r.verdict.item() == "pass"
+    assert r.real_half_pct.item() <= 10
+
+
+# the synthetic cell: a rollout the probe never ran (an LLM wait, a tool mix), 96 trajectories
+SYN = Workload(
+    "syn",
+    10,
+    {"kind": "lognormal", "median": 0.2, "p99": 1.0},
+    {"kind": "lognormal", "median": 0.5, "p99": 1.5},
+    min_trajectories=96,
+)
+
+
+def _errors(drift: float, interleave: bool) -> pd.Series:
+    plan = SuitePlan(
+        [Cell(SYN, 16)], repeats=3, max_repeats=3, draws=4, interleave=interleave, seed=0, bootstrap=0
+    )
+    return rows_table(run_suite(SyntheticTarget(drift=drift), plan)).set_index("metric").error_pct
+
+
+def test_linear_drift_biases_a_sequential_comparison_and_the_interleaved_suite_cancels_it():
+    """The machine slows 4% with every block (24-28% over the sitting). Probing first and running
+    the real side after compares the fit with a machine that has since slowed: infrastructure
+    time and cold start read far low. Interleaved, the error stays within 3% on infrastructure
+    time, makespan and the durations, and within 3 points of the drift-free suite's on
+    infrastructure time. (Cold start p50 of 96 trajectories has a sampling noise of about 4% a
+    repeat, so it is held to the drift-free suite's error less the sequential bias only.)"""
+    still, inter, seq = _errors(0.0, True), _errors(0.04, True), _errors(0.04, False)
+    for m in ("infra_per_trajectory", "makespan", "duration_p50", "duration_p99"):
+        assert abs(inter[m]) <= 3, (m, inter.to_dict())
+    assert abs(inter["infra_per_trajectory"] - still["infra_per_trajectory"]) <= 3
+    bias = seq - still
+    assert bias["infra_per_trajectory"] < -6 and bias["cold_start_p50"] < -6, bias.to_dict()
+    assert abs(inter["cold_start_p50"] - still["cold_start_p50"]) < abs(bias["cold_start_p50"])
+
+
+def test_report_suite_json_and_history_written_and_read_back(tmp_path):
+    res = run_suite(Scripted([100.0, 101.0, 99.0]), SuitePlan([Cell(W, 4), Cell(W, 8)], repeats=3, seed=1))
+    rows = rows_table(res)
+    entry = suite_report.suite_entry(
+        "docker",
+        rows,
+        "simrollout validate suite --record x",
+        {"cpus": 2},
+        {"repeats": 3},
+        [{"name": "w", "description": W.describe()}],
+        {},
+        {},
+    )
+    suite_report.write(tmp_path, entry)
+    suite_report.write(tmp_path, {**entry, "target": "engine"})
+    data = suite_report.read_suite(tmp_path / "suite.json")
+    assert set(data["targets"]) == {"docker", "engine"}
+    d = data["targets"]["docker"]
+    assert d["code_hash"] == suite_report.code_hash() and len(d["code_hash"]) == 16
+    assert [c["level"] for c in d["cells"]] == [4, 8] and d["overall"]["cells"] == 2
+    assert d["cells"][0]["real"] == rows.real.iloc[0] and d["summary"][0]["mape_pct"] == pytest.approx(0.0)
+    report = (tmp_path / "REPORT.md").read_text()
+    assert report.index("## Docker") < report.index("## llama.cpp engine")
+    assert "`simrollout validate suite --record x`" in report and "| w | 8 | m |" in report
+    hist = pd.read_csv(tmp_path / "history.csv")
+    assert list(hist.columns) == suite_report.HISTORY_COLUMNS and list(hist.target) == ["docker", "engine"]
+    assert hist.verdict.iloc[0].startswith("2 pass / 0 miss / 0 indeterminate")
+    (tmp_path / "suite.json").write_text("{not json")
+    with pytest.raises(Exception, match="suite.json: not valid JSON"):
+        suite_report.read_suite(tmp_path / "suite.json")
+    assert json.loads(json.dumps(suite_report._clean({"x": float("nan")}))) == {"x": None}
+
+
+def test_validate_suite_rejects_bad_options_and_validate_keeps_its_usage(tmp_path):
+    res = cli("validate", "suite", "--record", tmp_path, "--repeats", "2")
+    assert res.returncode == 2 and "--repeats" in res.stderr and "Traceback" not in res.stderr
+    res = cli("validate", "suite", "--record", tmp_path, "--workloads", "nope")
+    assert res.returncode == 2 and "unknown workload 'nope'" in res.stderr
+    res = cli("validate", "--concurrency", "1")  # the plain validation still needs its profile
+    assert res.returncode == 2 and "--profile" in res.stderr
+    assert "suite" in cli("validate", "--help").stdout

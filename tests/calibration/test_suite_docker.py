@@ -1,0 +1,52 @@
+"""A small real suite on the local Docker engine (CI): one workload, two levels, three
+interleaved real repeats per cell, asserting only what the measured spread resolves."""
+
+import pandas as pd
+import pytest
+
+from simrollout.calibration import suite_report
+from simrollout.calibration.backends import get_backend
+from simrollout.calibration.suite import Cell, SuitePlan, Workload, rows_table, run_suite
+from simrollout.calibration.suite_docker import DockerTarget, docker_notes
+from simrollout.calibration.suite_stats import verdict
+from simrollout.workload import draw_work
+
+CI = Workload("ci", 3, {"kind": "lognormal", "median": 0.05, "p99": 0.3}, min_trajectories=8)
+
+
+@pytest.mark.docker
+def test_a_small_interleaved_suite_on_the_real_engine(docker_engine, tmp_path):
+    target = DockerTarget(get_backend("docker"), tmp_path / "docker", commands=3, think=0.2, low=4)
+    plan = SuitePlan([Cell(CI, 2), Cell(CI, 4)], repeats=3, max_repeats=3, seed=0, bootstrap=4, draws=4)
+    results = run_suite(target, plan)
+    rows = rows_table(results)
+    assert len(rows) == 2 * len(target.targets)
+    for res in results:
+        kinds = [b["block"] for b in res.schedule]
+        assert all(a != b for a, b in zip(kinds, kinds[1:])) and kinds[0] == kinds[-1]  # interleaved
+        assert kinds.count("real") >= 3 and kinds.count("probe") >= 3
+        folder = tmp_path / "docker" / res.cell.label.replace("@", "-")
+        real = pd.read_csv(folder / "real.csv")
+        assert real.run.nunique() == kinds.count("real")
+        # every real trajectory ran its commands' sleeps at least
+        from simrollout.calibration.suite_docker import CLIENT, cell_scenario
+
+        tool = draw_work(cell_scenario(CI, res.cell.level, CLIENT), 0).tool
+        for _, run in real.groupby("run"):
+            assert (
+                run.sort_values("trajectory").end - run.sort_values("trajectory").start >= tool - 1e-6
+            ).all()
+        assert (folder / "profile.yaml").is_file() and (folder / "probes.jsonl.gz").is_file()
+    for r in rows.itertuples():
+        assert r.repeats >= 3 and r.sim_lo <= r.sim_hi  # the refits' band (the point fit need not sit inside)
+        assert r.verdict == verdict(r.real_mean, r.real_half, r.simulated, r.target_pct)
+        if r.metric in ("makespan", "duration_p50") and r.real_half_pct <= 10:
+            # resolved by the spread: the simulation lands within the loose CI bound of the VM
+            assert abs(r.error_pct) <= max(35.0, 3 * r.real_half_pct), (r.level, r.metric, r.error_pct)
+    entry = suite_report.suite_entry(
+        "docker", rows, "test", target.machine(), {}, [], {}, {"notes": docker_notes(results)}
+    )
+    suite_report.write(tmp_path, entry)
+    assert "| ci | 4 | makespan |" in (tmp_path / "REPORT.md").read_text()
+    left = docker_engine.containers.list(all=True, sparse=True, filters={"label": "simrollout.probe"})
+    assert [c for c in left if c.labels.get("simrollout.probe", "").startswith("validate-")] == []
