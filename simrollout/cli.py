@@ -803,6 +803,7 @@ def _say_uncertainty(unc: dict | None) -> None:
 
 
 validate_app = typer.Typer(
+    cls=TidyGroup,
     add_completion=False,
     help="Check the simulator against real runs: a real mini-rollout (or agent loop) against its "
     "simulation; `validate suite` runs the interleaved held-out suite.",
@@ -813,7 +814,11 @@ app.add_typer(validate_app, name="validate")
 @validate_app.callback(invoke_without_command=True)
 def validate(
     ctx: typer.Context,
-    profile: Path | None = typer.Option(None, help="Profile calibrated from a probe of the same engine."),
+    profile: Path | None = typer.Option(
+        None,
+        help="Profile calibrated from a probe of the same engine "
+        "(no default: required but by 'validate suite').",
+    ),
     backend: str = typer.Option("docker", help="Backend to run the real mini-rollout on."),
     trajectories: int = typer.Option(
         None, help="Trajectories per concurrency level (default: 64; --engine: 16)."
@@ -1000,20 +1005,20 @@ def validate_suite(
         None,
         "--engine",
         help="An OpenAI-compatible server's URL (llama.cpp's): "
-        "run the engine suite (agent loop) instead of the Docker one.",
+        "run the engine suite (agent loop) instead of the Docker one (default: none, the Docker suite).",
     ),
     model: str = typer.Option("tiny", help="--engine: the model name."),
     request_extra: str = typer.Option("{}", help="--engine: extra request fields as JSON."),
     levels: str | None = typer.Option(
-        None, help="Comma-separated levels (Docker: 8,16,32,48; engine: 1,4,8)."
+        None, help="Comma-separated levels in flight (default: Docker 8,16,32,48; engine 1,4,8)."
     ),
     workloads: str | None = typer.Option(
         None, help="Comma-separated held-out workloads (default: all of the target's)."
     ),
     repeats: int = typer.Option(
-        3, help="Real repeats (and probe blocks) per cell, at least 3 for a verdict."
+        3, help="Real repeats (runs, and as many probe blocks) per cell, at least 3 for a verdict."
     ),
-    max_repeats: int = typer.Option(6, help="Repeats a cell may grow to while it is indeterminate."),
+    max_repeats: int = typer.Option(6, help="Repeats (runs) a cell may grow to while it is indeterminate."),
     bootstrap: int | None = typer.Option(
         None, help="Refits of each cell's profile for its band (default: the fit's)."
     ),
@@ -1022,7 +1027,7 @@ def validate_suite(
     budget: float | None = typer.Option(
         None,
         help="Minutes: past them no repeats are added (each cell "
-        "keeps its base blocks; a cell left indeterminate says so).",
+        "keeps its base blocks; a cell left indeterminate says so; default: no limit).",
     ),
     refit: bool = typer.Option(
         False,

@@ -18,7 +18,19 @@ from tests.conftest import ROOT
 
 GROUP = typer.main.get_command(app)
 CTX = typer.Context(GROUP)
-COMMANDS = GROUP.list_commands(CTX)
+
+
+def _walk(group, prefix=()):
+    """Every command as (its words, itself), sub-commands of a group (``validate suite``) too."""
+    for name in group.list_commands(CTX):
+        cmd = group.get_command(CTX, name)
+        yield (*prefix, name), cmd
+        if hasattr(cmd, "list_commands"):
+            yield from _walk(cmd, (*prefix, name))
+
+
+ALL = dict(_walk(GROUP))
+COMMANDS = [" ".join(words) for words in ALL]
 # a number's unit: time, sizes, money, shares, or what it counts
 UNITS = re.compile(
     r"\b(s|ms|seconds?|minutes?|hours?|MB|GB|KB|tokens?|US dollars|dollars|share|%|per (hour|day|sandbox|"
@@ -67,14 +79,14 @@ def test_the_early_break_check_finds_one():
 
 @pytest.mark.parametrize("command", ["", *COMMANDS])
 def test_help_at_80_columns_has_no_markup_and_no_early_breaks(command):
-    text = _render(*([command] if command else []))
+    text = _render(*command.split())
     assert "``" not in text
     assert early_breaks(text) == []
 
 
 def _options():
-    for name in COMMANDS:
-        cmd = GROUP.get_command(CTX, name)
+    for words, cmd in ALL.items():
+        name = " ".join(words)
         for p in cmd.params:
             if p.param_type_name == "option" and p.name != "help":
                 yield name, p
