@@ -189,6 +189,11 @@ def run_cell(
         order += pair
         for kind in pair:
             run(kind)
+    return _result(target, cell, records, real, plan, schedule)
+
+
+def _result(target, cell: Cell, records, real, plan: SuitePlan, schedule: list[dict]) -> CellResult:
+    """The cell simulated from its probe ``records`` and held to its ``real`` runs."""
     sim = target.simulate(cell, records, plan)
     extra = sim.pop("_extra", {}) if isinstance(sim.get("_extra"), dict) else {}
     rows = cell_rows(cell.key, real, sim, target.targets)
@@ -202,12 +207,7 @@ def refit_cell(target, cell: Cell, plan: SuitePlan, schedule: list[dict]) -> Cel
     (``target.recorded(cell)``), nothing real run: the same sitting under another version of the
     fit or the model."""
     records, real = target.recorded(cell)
-    sim = target.simulate(cell, records, plan)
-    extra = sim.pop("_extra", {}) if isinstance(sim.get("_extra"), dict) else {}
-    rows = cell_rows(cell.key, real, sim, target.targets)
-    for row in rows:
-        row["band_source"] = sim[row["metric"]].get("source", "")
-    return CellResult(cell, rows, schedule, extra)
+    return _result(target, cell, records, real, plan, schedule)
 
 
 def run_suite(
