@@ -69,6 +69,19 @@ def json_document(path: Path, problems: Problems) -> object | None:
     return None
 
 
+def documents(paths: list[Path], problems: Problems, key: str, refusal: str) -> Iterator[tuple[Path, dict]]:
+    """Each file's JSON document whose root maps ``key`` to a list; any other is counted as
+    another format (``refusal`` says what was expected)."""
+    for path in paths:
+        doc = json_document(path, problems)
+        if doc is None:
+            continue
+        if not isinstance(doc, dict) or not isinstance(doc.get(key), list):
+            problems.bad("not_format", str(path), 0, refusal)
+            continue
+        yield path, doc
+
+
 def timestamp(value) -> dt.datetime | None:
     """An ISO-8601 string (``Z`` allowed) or Unix seconds, as an aware datetime; None if absent."""
     if isinstance(value, bool) or value is None:

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from .categories import command_category
-from .io import json_document, number, timestamp
+from .io import documents, number, timestamp
 from .model import Call, Problems, Step, TraceSet, Trajectory
 
 BASH = re.compile(r"```(?:bash|sh)?\s*\n(.*?)\n```", re.DOTALL)
@@ -107,18 +107,8 @@ def _trajectory(path: Path, doc: dict, problems: Problems, tool_map) -> Trajecto
 
 def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None = None) -> TraceSet:
     out = []
-    for path in paths:
-        doc = json_document(path, problems)
-        if doc is None:
-            continue
-        if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
-            problems.bad(
-                "not_format",
-                str(path),
-                0,
-                "not a mini-swe-agent trajectory (no 'messages' list at the root); is it another format?",
-            )
-            continue
+    refusal = "not a mini-swe-agent trajectory (no 'messages' list at the root); is it another format?"
+    for path, doc in documents(paths, problems, "messages", refusal):
         t = _trajectory(path, doc, problems, tool_map)
         if t is not None:
             out.append(t)

@@ -12,25 +12,15 @@ import math
 from pathlib import Path
 
 from .categories import category
-from .io import json_document, number
+from .io import documents, number
 from .model import Call, Problems, Step, TraceSet, Trajectory
 
 
 def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None = None) -> TraceSet:
     out = []
-    for path in paths:
-        doc = json_document(path, problems)
-        if doc is None:
-            continue
+    refusal = "not a SWE-agent .traj (no 'trajectory' array at the root); is it another format?"
+    for path, doc in documents(paths, problems, "trajectory", refusal):
         file = str(path)
-        if not isinstance(doc, dict) or not isinstance(doc.get("trajectory"), list):
-            problems.bad(
-                "not_format",
-                file,
-                0,
-                "not a SWE-agent .traj (no 'trajectory' array at the root); is it another format?",
-            )
-            continue
         steps, ok = [], True
         for k, st in enumerate(doc["trajectory"]):
             if not isinstance(st, dict):
