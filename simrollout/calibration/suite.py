@@ -8,7 +8,10 @@ fitted profile and the real mean alike; the cells run in a seeded random order. 
 real 95% half-width is above its target, two more blocks continue the alternation, up to
 ``max_repeats`` real blocks. The cell's
 profile is then fitted from its own probe blocks, and the simulation of the cell gives the
-point and its 90% band (:func:`simulate_band`, the one place the band comes from).
+point and its 90% band (:func:`simulate_band`, the one place the band comes from). Each real
+repeat is also held to the simulation of the probe blocks beside it alone (:func:`paired_points`):
+the machine's drift moves both alike, so the spread of these paired errors, not the real runs'
+own spread, says how well the cell knows its error.
 
 A target (:class:`Target`: Docker, the llama.cpp engine, or the synthetic substrate of the
 tests) says how to run a probe block and a real block and how to simulate a cell from the probe
@@ -115,6 +118,11 @@ class Target(Protocol):
 
     def simulate(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, dict]: ...
 
+    def point(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, float]:
+        """The cell's simulated metrics on a profile fitted from ``records`` alone (no refits, no
+        files kept)."""
+        ...
+
     def machine(self) -> dict: ...
 
 
@@ -184,22 +192,97 @@ def run_cell(
     def in_budget() -> bool:
         return plan.budget is None or time.time() - started < plan.budget
 
-    while counts["real"] < plan.max_repeats and needs_repeats(real, target.targets) and in_budget():
+    cache: dict = {}
+    while (
+        counts["real"] < plan.max_repeats
+        and needs_repeats(real, target.targets, paired_points(target, cell, records, schedule, plan, cache))
+        and in_budget()
+    ):
         pair = next_pair(order)
         order += pair
         for kind in pair:
             run(kind)
-    return _result(target, cell, records, real, plan, schedule)
+    return _result(target, cell, records, real, plan, schedule, cache)
 
 
-def _result(target, cell: Cell, records, real, plan: SuitePlan, schedule: list[dict]) -> CellResult:
-    """The cell simulated from its probe ``records`` and held to its ``real`` runs."""
+def _result(
+    target, cell: Cell, records, real, plan: SuitePlan, schedule: list[dict], cache: dict | None = None
+) -> CellResult:
+    """The cell simulated from its probe ``records`` and held to its ``real`` runs, each real run
+    also to the probe blocks beside it (:func:`paired_points`)."""
+    paired = paired_points(target, cell, records, schedule, plan, {} if cache is None else cache)
     sim = target.simulate(cell, records, plan)
     extra = sim.pop("_extra", {}) if isinstance(sim.get("_extra"), dict) else {}
-    rows = cell_rows(cell.key, real, sim, target.targets)
+    rows = cell_rows(cell.key, real, sim, target.targets, paired)
     for row in rows:
         row["band_source"] = sim[row["metric"]].get("source", "")
     return CellResult(cell, rows, schedule, extra)
+
+
+def probe_blocks(records: list[dict], schedule: list[dict]) -> dict[int, list[dict]]:
+    """The probe records by probe block: by the ``suite_block`` the suite gives them, or (a
+    recorded cell's file) by which block's time span in ``schedule`` holds a record's start."""
+    out: dict[int, list[dict]] = {}
+    if records and all("suite_block" in r for r in records):
+        for r in records:
+            out.setdefault(int(r["suite_block"]), []).append(r)
+        return out
+    probes = [b for b in schedule if b["block"] == "probe"]
+    spans = [(b["start"], b["start"] + b["seconds"] + 1.0, b["index"]) for b in probes]
+    for r in records:
+        t = r.get("start")
+        k = next((k for lo, hi, k in spans if t is not None and lo - 1.0 <= t <= hi), None)
+        if k is not None:
+            out.setdefault(int(k), []).append(r)
+    return out
+
+
+def neighbours(schedule: list[dict]) -> list[tuple[int, ...]]:
+    """For each real block in order, the probe blocks run right before and right after it; none
+    for a real block at either end of the sitting (one side alone would carry half a block of
+    drift into the pair)."""
+    out = []
+    for i, b in enumerate(schedule):
+        if b["block"] == "real":
+            side = [j for j in (i - 1, i + 1) if 0 <= j < len(schedule) and schedule[j]["block"] == "probe"]
+            out.append(tuple(int(schedule[j]["index"]) for j in side) if len(side) == 2 else ())
+    return out
+
+
+def paired_points(
+    target, cell: Cell, records: list[dict], schedule: list[dict], plan: SuitePlan, cache: dict
+) -> dict[str, list[float]]:
+    """Per metric, one simulated point per real repeat: the cell simulated (``target.point``) on
+    a profile fitted from the probe blocks beside that repeat alone (``nan`` where the target
+    cannot, or the blocks are too thin to fit). ``cache`` keeps the points by blocks."""
+    if not hasattr(target, "point"):
+        return {}
+    from ..errors import InputError
+
+    blocks = probe_blocks(records, schedule)
+    points: list[dict[str, float]] = []
+    for near in neighbours(schedule):
+        if not near:
+            points.append({})
+            continue
+        if near not in cache:
+            recs = [r for k in near for r in blocks.get(k, [])]
+            try:
+                cache[near] = target.point(cell, recs, plan) if recs else {}
+            except InputError:
+                cache[near] = {}
+        points.append(cache[near])
+    return {m: [p.get(m, float("nan")) for p in points] for m in target.targets}
+
+
+def simulated_points(scn: Scenario, measure: Callable, level: int, draws: int = DRAWS) -> dict[str, float]:
+    """The cell's metrics at ``level``: the mean of ``measure`` over ``draws`` runs of ``scn``
+    with other substrate draws (the point of :func:`simulate_band`, without its band)."""
+    from ..executors import run_many
+
+    runs = run_many([_renamed(scn, k) for k in range(draws)], "serial", keep_records=True)
+    table = pd.concat([measure(r) for r in runs], ignore_index=True)
+    return table[table.concurrency == level].drop(columns="concurrency").mean().to_dict()
 
 
 def refit_cell(target, cell: Cell, plan: SuitePlan, schedule: list[dict]) -> CellResult:

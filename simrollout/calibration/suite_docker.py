@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..scenario import Scenario, Substrate, scenario_from_dict
 from ..workload import draw_work
-from .suite import Cell, SuitePlan, Workload, point_and_band, simulate_band
+from .suite import Cell, SuitePlan, Workload, point_and_band, simulate_band, simulated_points
 from .validate import LOAD_BINS, METRICS, OPS_COLUMNS, TARGETS, _waved, exec_by_load, real_rollout
 
 PROBE_COMMANDS, PROBE_THINK = 5, 1.0  # the README recipe's probe: paced commands, a fixed think
@@ -169,6 +169,22 @@ def fitted_cell(records: list[dict], cell: Cell, plan: SuitePlan, folder: Path, 
     return sim_metrics(scn, cell.level, plan.draws), {**profile, "warnings": warned}
 
 
+def fitted_point(records: list[dict], cell: Cell, plan: SuitePlan, seed: int = 0) -> dict[str, float]:
+    """The cell's simulated metrics (no band) on the point profile fitted from ``records`` alone;
+    the profile is written to a temporary folder only."""
+    import tempfile
+
+    from .fit import write_profile
+
+    profile = fit_profile(records, f"suite-{cell.label}", 0, plan.seed)
+    profile.pop("warnings", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "profile.yaml"
+        write_profile(profile, path)
+        scn = cell_scenario(cell.workload, cell.level, {"profile": str(path)}, seed)
+        return simulated_points(scn, measured, cell.level, plan.draws)
+
+
 def read_gzipped_records(path: Path) -> list[dict]:
     """Probe records kept compressed (``probes.jsonl.gz``), read and checked as ``probe`` writes
     them (:func:`probe.read_records`)."""
@@ -273,7 +289,7 @@ class DockerTarget:
         warned = profile.get("warnings", [])
         ops = pd.DataFrame(self.ops.get(cell.label, []), columns=OPS_COLUMNS)
         pd.concat(self.runs.get(cell.label, [])).to_csv(d / "real.csv", index=False)
-        ops.to_csv(d / "ops.csv.gz", index=False)
+        ops.to_csv(d / "ops.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
         sub = Substrate.model_validate({"name": "fitted", **profile["substrate"]})
         by_load, creates = exec_by_load(ops, sub), create_by_load(ops, records)
         by_load.to_csv(d / "exec_by_load.csv", index=False)
@@ -285,6 +301,9 @@ class DockerTarget:
             "warnings": warned,
         }
         return out
+
+    def point(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, float]:
+        return fitted_point(records, cell, plan, self.seed)
 
     def machine(self) -> dict:
         import os

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .suite import Cell, SuitePlan, point_and_band, simulate_band
+from .suite import Cell, SuitePlan, point_and_band, simulate_band, simulated_points
 from .suite_docker import _gzip
 from .validate_engine import TARGETS as REQUEST_TARGETS
 from .validate_engine import _metrics, agent_scenario, real_agent_loop
@@ -204,6 +204,19 @@ class EngineTarget:
         _gzip(d / "probes.jsonl")
         out["_extra"] = {"iteration": profile["engine"]["iteration"], "fit": profile.get("fit", {})}
         return out
+
+    def point(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, float]:
+        """The cell's metrics on an engine fitted from ``records`` alone (one run: the engine is
+        deterministic, the tool waits are the real's)."""
+        import tempfile
+
+        from .engine_fit import engine_profile
+        from .fit import write_profile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "profile.yaml"
+            write_profile(engine_profile(records, f"suite-{cell.label}"), path)
+            return simulated_points(self._scenario(cell, path), engine_measured, cell.level, 1)
 
     def machine(self) -> dict:
         return {

@@ -171,6 +171,25 @@ def _short(command: str) -> str:
     return re.sub(r"--request-extra (\S{80,}|'[^']{80,}')", '--request-extra "$EXTRA"', command)
 
 
+def _paired(row: dict) -> str:
+    """The paired errors' mean ± 95% half-width (pairs), or ``-`` when fewer than 3 pairs stand
+    (the real mean's own interval decides the verdict then)."""
+    n = row.get("pairs") or 0
+    if n < 3:
+        return f"- ({n})"
+    return f"{_pct(row['paired_error_pct'])} ± {row['paired_half_pct']:.1f} ({n})"
+
+
+VERDICT_RULE = (
+    "A verdict is *indeterminate* when the error is not known to within the target: the 95% "
+    "half-width of the paired errors (each real repeat against the cell simulated from the two probe "
+    "blocks run right before and after it, so a drift of the machine that moves both cancels; with 3 "
+    "pairs or more) or else of the real mean is above the target. Otherwise *pass* when the "
+    "simulated point (fitted from every probe block) is within the target of the real mean, else "
+    "**miss**."
+)
+
+
 def table(entry: dict) -> list[str]:
     """One target's tables: the summary per metric, then every cell and metric."""
     o = entry["overall"]
@@ -189,6 +208,8 @@ def table(entry: dict) -> list[str]:
         f"{o['cells']} cells; band coverage {'n/a' if cov is None else f'{cov:.0%}'}; cell-metrics: "
         f"{o['pass']} pass, {o['miss']} miss, {o['indeterminate']} indeterminate.",
         "",
+        VERDICT_RULE,
+        "",
         "| metric | target | MAPE | band coverage | pass | miss | indeterminate |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -202,8 +223,8 @@ def table(entry: dict) -> list[str]:
     lines += [
         "",
         "| workload | in flight | metric | real mean ± 95% CI (repeats) | simulated [90% band] | error "
-        "| verdict |",
-        "|---|---|---|---|---|---|---|",
+        "| paired error ± 95% CI (pairs) | verdict |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in entry["cells"]:
         mark = {"miss": "**miss**", "indeterminate": "*indeterminate*"}.get(r["verdict"], r["verdict"])
@@ -211,7 +232,7 @@ def table(entry: dict) -> list[str]:
             f"| {r['workload']} | {r['level']} | {r['metric']} | "
             f"{_f(r['real_mean'])} ± {_f(r['real_half'], 2)} "
             f"({r['repeats']}) | {_f(r['simulated'])} [{_f(r['sim_lo'])}, {_f(r['sim_hi'])}] | "
-            f"{_pct(r['error_pct'])} | {mark} |"
+            f"{_pct(r['error_pct'])} | {_paired(r)} | {mark} |"
         )
     sources = sorted({r.get("band_source", "") for r in entry["cells"]} - {""})
     if sources:

@@ -1,4 +1,5 @@
-"""The validation suite's arithmetic: a real mean's confidence interval over repeats, a cell's
+"""The validation suite's arithmetic: a real mean's confidence interval over repeats, the paired
+error (each real repeat against the simulation of the probe blocks run beside it), a cell's
 verdict against its target, and a suite's summary (MAPE, band coverage, cells per verdict).
 
 >>> mean, half = t_interval([10.0, 12.0, 14.0])
@@ -33,36 +34,68 @@ def relative(x: float, of: float) -> float:
     return 100 * x / of if of else float("nan")
 
 
-def verdict(real_mean: float, half_width: float, simulated: float, target_pct: float) -> str:
-    """``indeterminate`` when the real mean's 95% half-width is above the target (or unknown: one
-    repeat), else ``pass`` when the simulated point is within the target of the real mean, else
+def paired_errors(real: list[float], simulated: list[float]) -> np.ndarray:
+    """Each real repeat's error in % (simulated minus real, of the real), where the repeat has a
+    simulated partner (``nan`` in ``simulated``: none)."""
+    r, s = np.asarray(real, dtype=float), np.asarray(simulated, dtype=float)
+    ok = np.isfinite(s) & (r != 0)
+    return 100 * (s[ok] - r[ok]) / r[ok]
+
+
+def precision(real: list[float], simulated: list[float] | None) -> float:
+    """How well a cell knows its error, in % of the real mean: the 95% half-width of the paired
+    errors (:func:`paired_errors`) when at least 3 repeats have a partner, else the real mean's
+    own 95% half-width. Paired, a drift of the machine that moves a real repeat and the probe
+    blocks beside it alike cancels; the real mean's interval keeps it."""
+    if simulated is not None:
+        e = paired_errors(real, simulated)
+        if len(e) >= 3:
+            return t_interval(e)[1]
+    mean, half = t_interval(real)
+    return relative(half, abs(mean))
+
+
+def verdict(
+    real_mean: float, half_width: float, simulated: float, target_pct: float, half_pct: float | None = None
+) -> str:
+    """``indeterminate`` when the error is not known to within the target: the real mean's 95%
+    half-width (or ``half_pct``, :func:`precision`, in %) is above the target or unknown (one
+    repeat); else ``pass`` when the simulated point is within the target of the real mean, else
     ``miss``."""
-    half = relative(half_width, abs(real_mean))
+    half = relative(half_width, abs(real_mean)) if half_pct is None else half_pct
     if not half <= target_pct:  # nan (one repeat, a zero mean) is indeterminate too
         return "indeterminate"
     return "pass" if abs(relative(simulated - real_mean, real_mean)) <= target_pct else "miss"
 
 
-def needs_repeats(real: dict[str, list[float]], targets: dict[str, float]) -> list[str]:
-    """The metrics whose real 95% half-width is still above their target (more repeats help)."""
-    out = []
-    for m, tgt in targets.items():
-        mean, half = t_interval(real[m])
-        if not relative(half, abs(mean)) <= tgt:
-            out.append(m)
-    return out
+def needs_repeats(
+    real: dict[str, list[float]], targets: dict[str, float], paired: dict[str, list[float]] | None = None
+) -> list[str]:
+    """The metrics whose error is not yet known to within their target (:func:`precision`; more
+    repeats help)."""
+    paired = paired or {}
+    return [m for m, tgt in targets.items() if not precision(real[m], paired.get(m)) <= tgt]
 
 
 def cell_rows(
-    cell: dict, real: dict[str, list[float]], sim: dict[str, dict], targets: dict[str, float]
+    cell: dict,
+    real: dict[str, list[float]],
+    sim: dict[str, dict],
+    targets: dict[str, float],
+    paired: dict[str, list[float]] | None = None,
 ) -> list[dict]:
     """One row per metric of a cell (``cell``'s keys first): the real mean, its 95% half-width,
-    the repeats, the simulated point and its 90% band, the error (% of the real mean), whether
-    the band covers the real mean, and the verdict."""
+    the repeats, the simulated point and its 90% band, the error (% of the real mean), the paired
+    errors' mean and 95% half-width (``paired``: per metric one simulated point per real repeat,
+    :func:`paired_errors`), whether the band covers the real mean, and the verdict."""
     rows = []
+    paired = paired or {}
     for m, tgt in targets.items():
         mean, half = t_interval(real[m])
         s = sim[m]
+        e = paired_errors(real[m], paired[m]) if m in paired else np.array([])
+        p_mean, p_half = t_interval(e) if len(e) else (float("nan"), float("nan"))
+        known = precision(real[m], paired.get(m))
         lo, hi = s.get("lo", float("nan")), s.get("hi", float("nan"))
         rows.append(
             {
@@ -77,9 +110,14 @@ def cell_rows(
                 "sim_lo": lo,
                 "sim_hi": hi,
                 "error_pct": relative(s["point"] - mean, mean),
+                "pairs": int(len(e)),
+                "paired_error_pct": p_mean,
+                "paired_half_pct": p_half,
+                "precision_pct": known,
                 "covered": bool(lo <= mean <= hi) if lo == lo and hi == hi else None,
-                "verdict": verdict(mean, half, s["point"], tgt),
+                "verdict": verdict(mean, half, s["point"], tgt, known),
                 "real": [float(v) for v in real[m]],
+                "paired": [float(v) for v in paired.get(m, [])],
             }
         )
     return rows

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..scenario import Substrate
 from .suite import Cell, SuitePlan
-from .suite_docker import cell_scenario, fitted_cell, measured
+from .suite_docker import cell_scenario, fitted_cell, fitted_point, measured
 from .synthetic import simulate_probe
 from .validate import TARGETS
 
@@ -80,6 +80,9 @@ class SyntheticTarget:
     def simulate(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, dict]:
         out, _ = fitted_cell(records, cell, plan, self.folder / cell.label.replace("@", "-"))
         return out
+
+    def point(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, float]:
+        return fitted_point(records, cell, plan)
 
     def machine(self) -> dict:
         return {"substrate": "synthetic", "drift_per_block": self.drift}

@@ -14,11 +14,20 @@ from simrollout.calibration.suite import (
     SuitePlan,
     Workload,
     block_order,
+    neighbours,
     next_pair,
+    probe_blocks,
     rows_table,
     run_suite,
 )
-from simrollout.calibration.suite_stats import needs_repeats, summarize, t_interval, verdict
+from simrollout.calibration.suite_stats import (
+    needs_repeats,
+    paired_errors,
+    precision,
+    summarize,
+    t_interval,
+    verdict,
+)
 from simrollout.calibration.suite_synthetic import SyntheticTarget
 from tests.conftest import cli
 
@@ -41,6 +50,40 @@ def test_verdicts_pass_miss_indeterminate():
     assert verdict(100.0, 10.5, 100.0, 10) == "indeterminate"  # CI wider than the target
     assert verdict(100.0, float("nan"), 100.0, 10) == "indeterminate"  # one repeat: no CI
     assert needs_repeats({"a": [10, 12, 14], "b": [10, 10.1, 9.9]}, {"a": 10, "b": 10}) == ["a"]
+
+
+def test_paired_errors_cancel_a_drift_the_real_spread_keeps():
+    real = [100.0, 110.0, 120.0, 130.0]  # the machine slows 10 a repeat
+    sim = [102.0, 112.2, 122.4, 132.6]  # each repeat's neighbours read it 2% high
+    assert paired_errors(real, sim) == pytest.approx([2.0, 2.0, 2.0, 2.0])
+    assert paired_errors(real, [102.0, float("nan"), 122.4, 132.6]) == pytest.approx([2.0] * 3)
+    mean, half = t_interval(real)  # 115 +- 20.5: 17.9% of the mean
+    assert precision(real, None) == pytest.approx(100 * half / mean)
+    assert precision(real, sim) == pytest.approx(0.0, abs=1e-9)
+    # with fewer than 3 partners the real mean's own interval stands
+    assert precision(real, [102.0, float("nan"), float("nan"), 132.6]) == precision(real, None)
+    assert verdict(mean, half, 117.0, 10) == "indeterminate"
+    assert verdict(mean, half, 117.0, 10, precision(real, sim)) == "pass"
+    assert verdict(mean, half, 130.0, 10, precision(real, sim)) == "miss"
+    noisy = [102.0, 100.0, 140.0, 120.0]  # the partners disagree: errors 2, -9, 17, -8
+    assert precision(real, noisy) > 10 and verdict(mean, half, 117.0, 10, precision(real, noisy)) == (
+        "indeterminate"
+    )
+    assert needs_repeats({"a": real}, {"a": 10}, {"a": sim}) == []
+    assert needs_repeats({"a": real}, {"a": 10}) == ["a"]
+
+
+def test_neighbours_and_blocks_by_time():
+    sched = [
+        {"block": k, "index": i, "start": 10.0 * n, "seconds": 9.0}
+        for n, (k, i) in enumerate([("real", 0), ("probe", 0), ("real", 1), ("probe", 1), ("real", 2)])
+    ]
+    assert neighbours(sched) == [(), (0, 1), ()]
+    recs = [{"start": 10.5}, {"start": 18.9}, {"start": 31.0}, {"start": 25.0}, {"start": None}]
+    blocks = probe_blocks(recs, sched)
+    assert [r["start"] for r in blocks[0]] == [10.5, 18.9] and [r["start"] for r in blocks[1]] == [31.0]
+    tagged = [{"start": 0.0, "suite_block": 1}, {"start": 99.0, "suite_block": 0}]
+    assert probe_blocks(tagged, sched) == {1: [tagged[0]], 0: [tagged[1]]}
 
 
 def _rows(errors, covered, verdicts, metric="m", target=10):
@@ -111,6 +154,49 @@ class Scripted:
         return {}
 
 
+class Drifting(Scripted):
+    """A machine that slows 8% a block: real repeats and probe blocks alike; the simulation of
+    probe blocks reads them ``bias`` high."""
+
+    def __init__(self, bias=0.03):
+        super().__init__([], sim=0.0)
+        self.bias, self.clock = bias, 0
+
+    def probe(self, cell, block):
+        self.clock += 1
+        return [{"speed": 100.0 * (1 + 0.08 * self.clock)}]
+
+    def real(self, cell, repeat):
+        self.clock += 1
+        return {"m": 100.0 * (1 + 0.08 * self.clock)}
+
+    def point(self, cell, records, plan):
+        return {"m": (1 + self.bias) * float(np.mean([r["speed"] for r in records]))}
+
+    def simulate(self, cell, records, plan):
+        p = self.point(cell, records, plan)["m"]
+        return {"m": {"point": p, "lo": p * 0.95, "hi": p * 1.05, "source": "fixed"}}
+
+
+def test_a_drift_shared_by_both_sides_resolves_without_repeats():
+    plan = SuitePlan([Cell(W, 4)], repeats=3, max_repeats=8, seed=2)
+    assert block_order(3, np.random.default_rng(2))[0] == "probe"  # every real run between two probes
+    r = rows_table(run_suite(Drifting(), plan))
+    # the real repeats spread over 16-48% of the machine's speed: their own interval is wide, but
+    # every real run is its neighbours' mean, read 3% high: the paired errors agree
+    assert r.real_half_pct.item() > 10 and r.repeats.item() == 3 and r.pairs.item() == 3
+    assert r.paired_error_pct.item() == pytest.approx(3.0, abs=1e-9) and r.precision_pct.item() < 1e-6
+    assert r.verdict.item() == "pass" and abs(r.error_pct.item() - 3.0) < 1.0
+    r = rows_table(run_suite(Drifting(0.15), plan))
+    assert r.verdict.item() == "miss" and r.repeats.item() == 3
+    # begun with a real run, the two ends have one neighbour each and pair with none: 2 pairs of 4
+    # are too few, so the real spread decides and repeats are added until 3 pairs stand
+    plan = SuitePlan([Cell(W, 4)], repeats=3, max_repeats=8, seed=0)
+    assert block_order(3, np.random.default_rng(0))[0] == "real"
+    r = rows_table(run_suite(Drifting(), plan))
+    assert r.repeats.item() == 5 and r.pairs.item() == 3 and r.verdict.item() == "pass"
+
+
 def test_repeats_are_added_while_indeterminate_up_to_the_bound():
     steady = Scripted([100.0, 101.0, 99.0, 100.5])
     r = rows_table(run_suite(steady, SuitePlan([Cell(W, 4)], repeats=3, max_repeats=6, seed=2)))
@@ -137,11 +223,15 @@ SYN = Workload(
 )
 
 
-def _errors(drift: float, interleave: bool) -> pd.Series:
+def _rows_of(drift: float, interleave: bool) -> pd.DataFrame:
     plan = SuitePlan(
         [Cell(SYN, 16)], repeats=3, max_repeats=3, draws=4, interleave=interleave, seed=0, bootstrap=0
     )
-    return rows_table(run_suite(SyntheticTarget(drift=drift), plan)).set_index("metric").error_pct
+    return rows_table(run_suite(SyntheticTarget(drift=drift), plan))
+
+
+def _errors(drift: float, interleave: bool) -> pd.Series:
+    return _rows_of(drift, interleave).set_index("metric").error_pct
 
 
 def test_linear_drift_biases_a_sequential_comparison_and_the_interleaved_suite_cancels_it():
@@ -158,6 +248,10 @@ def test_linear_drift_biases_a_sequential_comparison_and_the_interleaved_suite_c
     bias = seq - still
     assert bias["infra_per_trajectory"] < -6 and bias["cold_start_p50"] < -6, bias.to_dict()
     assert abs(inter["cold_start_p50"] - still["cold_start_p50"]) < abs(bias["cold_start_p50"])
+    # each real repeat against its neighbouring probe blocks: the drift cancels in the pairs
+    drifting = _rows_of(0.04, True).set_index("metric")
+    infra = drifting.loc["infra_per_trajectory"]
+    assert infra.pairs == 3 and infra.precision_pct < infra.real_half_pct, infra.to_dict()
 
 
 def test_report_suite_json_and_history_written_and_read_back(tmp_path):
