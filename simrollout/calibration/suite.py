@@ -118,9 +118,9 @@ class Target(Protocol):
 
     def simulate(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, dict]: ...
 
-    def point(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, float]:
-        """The cell's simulated metrics on a profile fitted from ``records`` alone (no refits, no
-        files kept)."""
+    def point(self, cell: Cell, near: list[dict], records: list[dict], plan: SuitePlan) -> dict[str, float]:
+        """The cell's simulated metrics at the machine state of the probe records ``near`` (of all
+        the cell's ``records``): no refits, no files kept."""
         ...
 
     def machine(self) -> dict: ...
@@ -252,9 +252,9 @@ def neighbours(schedule: list[dict]) -> list[tuple[int, ...]]:
 def paired_points(
     target, cell: Cell, records: list[dict], schedule: list[dict], plan: SuitePlan, cache: dict
 ) -> dict[str, list[float]]:
-    """Per metric, one simulated point per real repeat: the cell simulated (``target.point``) on
-    a profile fitted from the probe blocks beside that repeat alone (``nan`` where the target
-    cannot, or the blocks are too thin to fit). ``cache`` keeps the points by blocks."""
+    """Per metric, one simulated point per real repeat: the cell simulated (``target.point``) at
+    the machine state of the two probe blocks beside that repeat (``nan`` where the target cannot,
+    or the blocks are too thin). ``cache`` keeps the points by blocks."""
     if not hasattr(target, "point"):
         return {}
     from ..errors import InputError
@@ -268,11 +268,31 @@ def paired_points(
         if near not in cache:
             recs = [r for k in near for r in blocks.get(k, [])]
             try:
-                cache[near] = target.point(cell, recs, plan) if recs else {}
+                cache[near] = target.point(cell, recs, records, plan) if recs else {}
             except InputError:
                 cache[near] = {}
         points.append(cache[near])
     return {m: [p.get(m, float("nan")) for p in points] for m in target.targets}
+
+
+def drift_factors(near: list[dict], records: list[dict]) -> dict[str, float]:
+    """Per phase, how much slower the machine ran in the records ``near`` than over all
+    ``records``: per level the ratio of their median latencies, the geometric mean over levels
+    (successful records only; a phase or level missing from ``near`` is left out)."""
+
+    def medians(recs: list[dict]) -> dict[tuple[str, int], float]:
+        groups: dict[tuple[str, int], list[float]] = {}
+        for r in recs:
+            if r.get("ok") and r.get("latency") is not None:
+                groups.setdefault((r["phase"], int(r["concurrency"])), []).append(float(r["latency"]))
+        return {k: float(np.median(v)) for k, v in groups.items()}
+
+    mine, every = medians(near), medians(records)
+    logs: dict[str, list[float]] = {}
+    for (phase, level), m in mine.items():
+        if every.get((phase, level), 0) > 0 and m > 0:
+            logs.setdefault(phase, []).append(np.log(m / every[(phase, level)]))
+    return {phase: float(np.exp(np.mean(v))) for phase, v in logs.items()}
 
 
 def simulated_points(scn: Scenario, measure: Callable, level: int, draws: int = DRAWS) -> dict[str, float]:

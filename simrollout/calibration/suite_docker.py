@@ -169,20 +169,29 @@ def fitted_cell(records: list[dict], cell: Cell, plan: SuitePlan, folder: Path, 
     return sim_metrics(scn, cell.level, plan.draws), {**profile, "warnings": warned}
 
 
-def fitted_point(records: list[dict], cell: Cell, plan: SuitePlan, seed: int = 0) -> dict[str, float]:
-    """The cell's simulated metrics (no band) on the point profile fitted from ``records`` alone;
-    the profile is written to a temporary folder only."""
-    import tempfile
+def drifted_point(
+    near: list[dict],
+    records: list[dict],
+    cell: Cell,
+    plan: SuitePlan,
+    seed: int = 0,
+    cache: dict | None = None,
+) -> dict[str, float]:
+    """The cell's simulated metrics (no band) at the machine state of the probe records ``near``:
+    the point profile fitted from all the cell's ``records`` (kept in ``cache``), each phase
+    scaled by how much slower ``near`` ran than all of them (:func:`suite.drift_factors`). Two
+    probe blocks alone hold too few creates at one in flight to fit a profile of their own."""
+    from .bootstrap import with_drift
+    from .suite import drift_factors
 
-    from .fit import write_profile
-
-    profile = fit_profile(records, f"suite-{cell.label}", 0, plan.seed)
-    profile.pop("warnings", None)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "profile.yaml"
-        write_profile(profile, path)
-        scn = cell_scenario(cell.workload, cell.level, {"profile": str(path)}, seed)
-        return simulated_points(scn, measured, cell.level, plan.draws)
+    cache = {} if cache is None else cache
+    key = (cell.label, len(records))
+    if key not in cache:
+        profile = fit_profile(records, f"suite-{cell.label}", 0, plan.seed)
+        cache[key] = profile["substrate"]
+    sub = with_drift(cache[key], drift_factors(near, records))
+    scn = cell_scenario(cell.workload, cell.level, {"name": "fitted", **sub}, seed)
+    return simulated_points(scn, measured, cell.level, plan.draws)
 
 
 def read_gzipped_records(path: Path) -> list[dict]:
@@ -236,6 +245,7 @@ class DockerTarget:
         self.commands, self.think, self.low = commands, think, low  # the probe blocks' plan
         self.ops: dict[str, list] = {}
         self.runs: dict[str, list[pd.DataFrame]] = {}
+        self.fits: dict = {}  # point fits of the paired simulations, by cell and records
 
     def _dir(self, cell: Cell) -> Path:
         d = self.folder / cell.label.replace("@", "-")
@@ -302,8 +312,8 @@ class DockerTarget:
         }
         return out
 
-    def point(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, float]:
-        return fitted_point(records, cell, plan, self.seed)
+    def point(self, cell: Cell, near: list[dict], records: list[dict], plan: SuitePlan) -> dict[str, float]:
+        return drifted_point(near, records, cell, plan, self.seed, self.fits)
 
     def machine(self) -> dict:
         import os

@@ -205,9 +205,9 @@ class EngineTarget:
         out["_extra"] = {"iteration": profile["engine"]["iteration"], "fit": profile.get("fit", {})}
         return out
 
-    def point(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, float]:
-        """The cell's metrics on an engine fitted from ``records`` alone (one run: the engine is
-        deterministic, the tool waits are the real's)."""
+    def point(self, cell: Cell, near: list[dict], records: list[dict], plan: SuitePlan) -> dict[str, float]:
+        """The cell's metrics on an engine fitted from the probe records ``near`` alone (one run:
+        the engine is deterministic, the tool waits are the real's)."""
         import tempfile
 
         from .engine_fit import engine_profile
@@ -215,7 +215,7 @@ class EngineTarget:
 
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "profile.yaml"
-            write_profile(engine_profile(records, f"suite-{cell.label}"), path)
+            write_profile(engine_profile(near, f"suite-{cell.label}"), path)
             return simulated_points(self._scenario(cell, path), engine_measured, cell.level, 1)
 
     def machine(self) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..scenario import Substrate
 from .suite import Cell, SuitePlan
-from .suite_docker import cell_scenario, fitted_cell, fitted_point, measured
+from .suite_docker import cell_scenario, drifted_point, fitted_cell, measured
 from .synthetic import simulate_probe
 from .validate import TARGETS
 
@@ -50,6 +50,7 @@ class SyntheticTarget:
         self.drift, self.sandboxes, self.commands = drift, sandboxes, commands
         self.folder = folder or Path(tempfile.mkdtemp(prefix="simrollout-suite-"))
         self.clock = 0  # blocks run so far
+        self.fits: dict = {}  # point fits of the paired simulations
 
     def factor(self) -> float:
         return 1.0 + self.drift * self.clock
@@ -81,8 +82,8 @@ class SyntheticTarget:
         out, _ = fitted_cell(records, cell, plan, self.folder / cell.label.replace("@", "-"))
         return out
 
-    def point(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, float]:
-        return fitted_point(records, cell, plan)
+    def point(self, cell: Cell, near: list[dict], records: list[dict], plan: SuitePlan) -> dict[str, float]:
+        return drifted_point(near, records, cell, plan, cache=self.fits)
 
     def machine(self) -> dict:
         return {"substrate": "synthetic", "drift_per_block": self.drift}

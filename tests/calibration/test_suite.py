@@ -14,6 +14,7 @@ from simrollout.calibration.suite import (
     SuitePlan,
     Workload,
     block_order,
+    drift_factors,
     neighbours,
     next_pair,
     probe_blocks,
@@ -71,6 +72,20 @@ def test_paired_errors_cancel_a_drift_the_real_spread_keeps():
     )
     assert needs_repeats({"a": real}, {"a": 10}, {"a": sim}) == []
     assert needs_repeats({"a": real}, {"a": 10}) == ["a"]
+
+
+def test_drift_factors_per_phase_geometric_over_levels():
+    def rec(phase, level, latency, ok=True):
+        return {"phase": phase, "concurrency": level, "latency": latency, "ok": ok}
+
+    every = [rec("exec", 1, x) for x in (1.0, 1.0, 2.0, 2.0)] + [rec("exec", 8, x) for x in (4.0, 4.0)]
+    every += [rec("create", 1, 0.5), rec("create", 1, 0.5, ok=False)]
+    near = [rec("exec", 1, 2.0), rec("exec", 8, 2.0), rec("create", 1, 1.0)]
+    # exec: level 1 2.0 / 1.5, level 8 2.0 / 4.0 -> sqrt(4/3 * 1/2); create: 1.0 / 0.5
+    f = drift_factors(near, every + near)
+    assert f["exec"] == pytest.approx((2.0 / 2.0 * 2.0 / 4.0) ** 0.5)
+    assert f["create"] == pytest.approx(1.0 / 0.75) and "teardown" not in f
+    assert drift_factors(every, every) == {"exec": pytest.approx(1.0), "create": pytest.approx(1.0)}
 
 
 def test_neighbours_and_blocks_by_time():
@@ -170,11 +185,11 @@ class Drifting(Scripted):
         self.clock += 1
         return {"m": 100.0 * (1 + 0.08 * self.clock)}
 
-    def point(self, cell, records, plan):
-        return {"m": (1 + self.bias) * float(np.mean([r["speed"] for r in records]))}
+    def point(self, cell, near, records, plan):
+        return {"m": (1 + self.bias) * float(np.mean([r["speed"] for r in near]))}
 
     def simulate(self, cell, records, plan):
-        p = self.point(cell, records, plan)["m"]
+        p = self.point(cell, records, records, plan)["m"]
         return {"m": {"point": p, "lo": p * 0.95, "hi": p * 1.05, "source": "fixed"}}
 
 
@@ -223,9 +238,9 @@ SYN = Workload(
 )
 
 
-def _rows_of(drift: float, interleave: bool) -> pd.DataFrame:
+def _rows_of(drift: float, interleave: bool, seed: int = 0) -> pd.DataFrame:
     plan = SuitePlan(
-        [Cell(SYN, 16)], repeats=3, max_repeats=3, draws=4, interleave=interleave, seed=0, bootstrap=0
+        [Cell(SYN, 16)], repeats=3, max_repeats=3, draws=4, interleave=interleave, seed=seed, bootstrap=0
     )
     return rows_table(run_suite(SyntheticTarget(drift=drift), plan))
 
@@ -248,8 +263,9 @@ def test_linear_drift_biases_a_sequential_comparison_and_the_interleaved_suite_c
     bias = seq - still
     assert bias["infra_per_trajectory"] < -6 and bias["cold_start_p50"] < -6, bias.to_dict()
     assert abs(inter["cold_start_p50"] - still["cold_start_p50"]) < abs(bias["cold_start_p50"])
-    # each real repeat against its neighbouring probe blocks: the drift cancels in the pairs
-    drifting = _rows_of(0.04, True).set_index("metric")
+    # each real repeat against its neighbouring probe blocks (begun with a probe block: 3 pairs):
+    # the drift cancels in the pairs
+    drifting = _rows_of(0.04, True, seed=3).set_index("metric")
     infra = drifting.loc["infra_per_trajectory"]
     assert infra.pairs == 3 and infra.precision_pct < infra.real_half_pct, infra.to_dict()
 
