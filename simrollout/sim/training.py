@@ -24,6 +24,7 @@ import simpy
 from ..rng import stream
 from ..scenario import LinearTime, Training
 from ..workload import CHUNK
+from .loop_body import LoopBodies
 from .records import OK
 
 CAUSES = ("over_sampling", "filter", "staleness", "failures", "weight_update", "end")
@@ -42,6 +43,7 @@ class Group:
     state: str = "running"  # running -> ready -> trained, or discarded
     cause: str = ""
     cost: np.ndarray = field(default_factory=lambda: np.zeros(4))  # worker, sandbox, llm s; samples
+    ready_at: float = 0.0  # when its last member ended
 
 
 @dataclass
@@ -89,6 +91,10 @@ class TrainingLoop:
         if tr.placement == "colocated" or tr.pause_engines_on_sync:
             cell.llm_gate = lambda: self.gate
         self.steps: list[StepRecord] = []
+        # trajectory fidelity: the loop's bodies, re-read at barriers and version switches
+        self.bodies = None if cell.step else LoopBodies(cell, self)
+        if self.bodies is not None:
+            cell._body_fast = self.bodies.body
         self.staleness: list[int] = []  # per trained sample
         self.trained_members: list[int] = []  # every trained sample's trajectory index
         self.discard = {c: np.zeros(4) for c in CAUSES}  # worker, sandbox, llm seconds; samples
@@ -236,7 +242,7 @@ class TrainingLoop:
                 self._top_up()
                 return
             self.passed += 1
-        grp.state = "ready"
+        grp.state, grp.ready_at = "ready", self.env.now
         del self.live[grp.g]
         self.ready.append(grp)
         self._notify()
@@ -250,6 +256,8 @@ class TrainingLoop:
         grp.state, grp.cause = "discarded", cause
         self.discard[cause] += grp.cost
         self.cell.cancelled.update(grp.members)
+        if self.bodies is not None:
+            self.bodies.cancel(grp.members)
         self._notify()
 
     def _notify(self) -> None:
@@ -280,8 +288,11 @@ class TrainingLoop:
         while True:
             for grp in [x for x in self.ready if not self._fresh(x)]:
                 self._discard(grp, "staleness")
-            if len(self.ready) >= self.B:
-                return [self.ready.popleft() for _ in range(self.B)]
+            if len(self.ready) >= self.B:  # the first B ready; groups ready at once in prompt order
+                batch = sorted(self.ready, key=lambda x: (x.ready_at, x.g))[: self.B]
+                for grp in batch:
+                    self.ready.remove(grp)
+                return batch
             self._top_up()
             if self.exhausted and not self._live() and len(self.ready) < self.B:
                 return None
@@ -320,7 +331,7 @@ class TrainingLoop:
             train = float(tr.train_time.sample(rng, 1)[0])
         sync = float(tr.weight_sync_time.sample(rng, 1)[0])
         if tr.placement == "colocated":
-            self.gate = env.event()
+            self._close()
         t0 = env.now
         yield env.timeout(train)
         if not tr.partial_rollouts and tr.mode == "one_step_off" and self.collecting:
@@ -329,9 +340,11 @@ class TrainingLoop:
                 yield self.changed
         t1 = env.now
         if self.gate is None and tr.pause_engines_on_sync:  # disaggregated: the engines load the weights
-            self.gate = env.event()
+            self._close()
         yield env.timeout(sync)
         self.version += 1
+        if self.gate is None and self.bodies is not None:  # the bodies count steps under the new version
+            self.bodies.barrier()
         if self.gate is not None:
             self.gate.succeed()
             self.gate = None
@@ -341,6 +354,12 @@ class TrainingLoop:
         if self.trace is not None:
             self._trace_step(k, start, ready, t0, t1, env.now)
         self._after_sync()
+
+    def _close(self) -> None:
+        """Close the gate: generation waits for the new weights (bodies stop at their step's end)."""
+        self.gate = self.env.event()
+        if self.bodies is not None:
+            self.bodies.barrier()
 
     def _after_sync(self) -> None:
         for grp in self._live():
@@ -411,6 +430,10 @@ class TrainingLoop:
         """Seconds the trainer spent training and syncing weights."""
         return float(sum(x.train + x.sync for x in self.steps))
 
+    def _engine_busy(self) -> float:
+        """Engine seconds generating: the tier's at step fidelity, else the cell's estimate."""
+        return self.cell.tier.busy_seconds if self.cell.step else self.cell.gpu_busy_seconds()
+
     def _run_end(self) -> float:
         """When the last trajectory ended (cancelled ones tear down after the last step) or the
         last weights were synced, whichever is later."""
@@ -420,6 +443,8 @@ class TrainingLoop:
         """Training metrics of the cell (docs/model.md); ``gen_used_seconds``: the engines'
         seconds in use (their tier's ``utilised_seconds``)."""
         tr, nan = self.tr, math.nan
+        if not self.cell.step:  # the engines' busy time as estimated at trajectory fidelity
+            gen_used_seconds = self._engine_busy()
         rows = self.step_table()
         done = len(rows)
         T = self.finished if done else nan
@@ -442,6 +467,7 @@ class TrainingLoop:
             "training_hours": T / 3600,
             "training_steps_per_day": done / T * 86400 if done else nan,
             "step_seconds_mean": float(step_s.mean()) if done else nan,
+            "step_seconds_p50": float(np.percentile(step_s, 50)) if done else nan,
             "step_seconds_p99": float(np.percentile(step_s, 99)) if done else nan,
             "step_generation_seconds": float(col("generation_s").mean()) if done else nan,
             "step_last_group_seconds": float(col("last_group_s").mean()) if done else nan,
@@ -504,7 +530,7 @@ class TrainingLoop:
         trainer = 0 if tr.placement == "colocated" else tr.trainer.gpus
         end = self._run_end()
         gpu_s = (engines + trainer) * end
-        busy = self.cell.tier.busy_seconds + self._trainer_busy() * (trainer or engines)
+        busy = self._engine_busy() + self._trainer_busy() * (trainer or engines)
         gpu_cost = engines * end / 3600 * price
         trainer_cost = trainer * end / 3600 * tr.trainer.price_per_hour if trainer else 0.0
         gpu_cost += trainer_cost
