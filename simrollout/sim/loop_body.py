@@ -18,6 +18,8 @@ training rows).
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -186,7 +188,7 @@ class LoopBodies:
             status = LOST
             s_lost, (g, o, t) = S.d.lost_at(i - st.lo, fail_call)
             units, tail = s_lost, (g * x, o, t * x)
-        gen, over, tool = S.gen[a:b] * x, S.over[a:b], S.tool[a:b] * x
+        gen, over, tool = (S.gen[a:b] * x).tolist(), S.over[a:b].tolist(), (S.tool[a:b] * x).tolist()
         t0 = env.now
         out = yield from self._run(i, host, deadline, status, units, tail, gen, over, tool, S, a, x, w)
         status, g_all, done, o_all = out
@@ -230,26 +232,27 @@ class LoopBodies:
                     g_all, o_all, s = g_all + out[0], o_all + out[1], s + 1
                     continue
                 x_l, x_e = cell._multipliers(host)
-            g, o = gen[s : s + k] * x_l, over[s : s + k] * x_e
+            g = [v * x_l for v in gen[s : s + k]]  # per step, in plain floats (short lists)
+            o = [v * x_e for v in over[s : s + k]]
             if head is not None:
                 g[0] = 0.0
-            ends = np.cumsum(g + o + tool[s : s + k])
-            d = float(ends[-1])
-            c_g, c_e = (float(g.sum()) / d, float(o.sum()) / d) if d > 0 else (0.0, 0.0)
+            ends = list(accumulate(map(_add3, g, o, tool[s : s + k])))
+            d, g_seg, o_seg = ends[-1], sum(g), sum(o)
+            c_g, c_e = (g_seg / d, o_seg / d) if d > 0 else (0.0, 0.0)
             why, spent = yield from self._piece(i, host, d, deadline, c_g, c_e)
             if why is None and spent >= d:  # the segment completed
                 if count:
                     loop.gen_steps[0 if version == loop.v0[i] else 1] += k
                 s += k
-                g_all += float(g.sum()) + (head or 0.0)
-                o_all += float(o.sum())
+                g_all += g_seg + (head or 0.0)
+                o_all += o_seg
                 continue
-            m = min(int(np.searchsorted(ends, spent, side="right")), k - 1)  # whole steps done
+            m = min(bisect_right(ends, spent), k - 1)  # whole steps done
             if count:
                 loop.gen_steps[0 if version == loop.v0[i] else 1] += m + 1
-            g_all += float(g[:m].sum()) + (head if head is not None and m else 0.0)
-            o_all += float(o[:m].sum())
-            into = spent - (float(ends[m - 1]) if m else 0.0)  # seconds into step s + m
+            g_all += sum(g[:m]) + (head if head is not None and m else 0.0)
+            o_all += sum(o[:m])
+            into = spent - (ends[m - 1] if m else 0.0)  # seconds into step s + m
             g_q = None
             if m == 0 and head is not None:  # step s's generation was its head
                 into, g_q = into + head, head
@@ -270,6 +273,10 @@ class LoopBodies:
         if status == OK and reward and not (yield from self._wait(reward, deadline)):
             return TIMEOUT, g_all, units, o_all
         return status, g_all, units, o_all
+
+
+def _add3(a: float, b: float, c: float) -> float:
+    return a + b + c
 
 
 def _calls(S: _Steps, a: int, q: int, x: float, x_l: float, x_e: float, g_q: float | None = None):
