@@ -26,14 +26,13 @@ import numpy as np
 import simpy
 
 from ..workload import CHUNK
-from .records import CANCELLED, OK, TIMEOUT
+from .records import CANCELLED, LOST, OK, TIMEOUT
+from .segments import _STILL  # multipliers that moved less than this: double the segment
 
 if TYPE_CHECKING:
     from .model import Cell
     from .training import TrainingLoop
 
-LOST = 3  # as simrollout.sim.model.LOST: the sandbox was lost mid-trajectory
-_STILL = 0.01  # as the cell's segments: multipliers that moved less than this, double the segment
 _CANCEL, _BARRIER = "cancel", "barrier"
 
 

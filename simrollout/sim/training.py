@@ -81,8 +81,6 @@ class TrainingLoop(LoopResults):
         self.steps: list[StepRecord] = []
         # trajectory fidelity: the loop's bodies, re-read at barriers and version switches
         self.bodies = None if cell.step else LoopBodies(cell, self)
-        if self.bodies is not None:
-            cell._body_fast = self.bodies.body
         self.staleness: list[int] = []  # per trained sample
         self.trained_members: list[int] = []  # every trained sample's trajectory index
         self.discard = {c: np.zeros(4) for c in CAUSES}  # worker, sandbox, llm seconds; samples
