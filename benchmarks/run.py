@@ -130,10 +130,12 @@ def fidelity_matrix(trajectories: int, steps: int, only: str = "") -> list[dict]
     """Trajectory vs step fidelity on every row of simrollout.fidelity.matrix() (whose name
     contains ``only``), with the speedup and, for the trajectory run, what ``fidelity: auto``
     would choose at full size."""
+    from simrollout import fidelity_training
     from simrollout.fidelity import compare
 
     rows = []
-    for row in (r for r in matrix() if only in r.name):
+    every = matrix() + fidelity_training.rows()  # the training rows: their own size (30 steps)
+    for row in (r for r in every if only in r.name):
         c = compare(row, trajectories=trajectories, steps=steps)
         rows.append({**c.as_dict(), "step_wall_s": round(c.step_seconds, 2),
                      "trajectory_wall_s": round(c.fast_seconds, 2)})  # fmt: skip
@@ -143,12 +145,15 @@ def fidelity_matrix(trajectories: int, steps: int, only: str = "") -> list[dict]
 
 def matrix_markdown(rows: list[dict]) -> str:
     """The matrix as the table recorded in docs/performance.md."""
+    from simrollout import fidelity_training
     from simrollout.fidelity import METRICS
 
-    head = ["row", *METRICS, "step s", "traj. s", "speedup", "within", "auto runs"]
+    training = bool(rows) and rows[0]["regime"] == "training"
+    metrics = fidelity_training.METRICS if training else METRICS
+    head = ["row", *metrics, "step s", "traj. s", "speedup", "within", "auto runs"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["row"], *(f"{r[m]:+.2f}" for m in METRICS), f"{r['step_wall_s']:.1f}"]
+        cells = [r["row"], *(f"{r.get(m, float('nan')):+.2f}" for m in metrics), f"{r['step_wall_s']:.1f}"]
         cells += [f"{r['trajectory_wall_s']:.2f}", f"{r['speedup']}x", "yes" if r["within"] else "**no**"]
         cells.append(r["auto"] if r["auto"] == "trajectory" else f"**{r['auto']}**")
         out.append("| " + " | ".join(cells) + " |")

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from . import fidelity_training
+from .fidelity_training import add_training, training_route  # noqa: F401 (auto's route for a loop)
 from .scenario import Scenario, scenario_from_dict
 
 METRICS = (
@@ -35,6 +37,9 @@ TOLERANCE = {
     # draw, not what that trajectory met in the step engine, and the pilot is a sample, so p50
     # and p99 carry sampling noise (at 4,000 x 20: up to 3.5% and 6.8% across runs)
     "serving": {"worker_hours": 0.5, "makespan_hours": 3.0, "duration_p50": 5.0, "duration_p99": 8.0},
+    # the training loop (simrollout.fidelity_training): steps per day, time to finish, step time,
+    # discarded and masked samples
+    "training": fidelity_training.TOLERANCE,
 }
 
 LOADS = {
@@ -81,10 +86,14 @@ class Row:
     @property
     def name(self) -> str:
         size = f"{self.trajectories // 1000}k" if self.trajectories else ""
+        if self.extra.startswith("train"):  # a training row's size is in training steps
+            size = f"{self.trajectories}steps" if self.trajectories else ""
         return "/".join(p for p in (self.policy, self.load, self.extra, size) if p)
 
     @property
     def regime(self) -> str:
+        if self.extra.startswith("train"):
+            return "training"
         if self.extra == "tokens" and self.load != "none":
             return "serving"
         return "light" if self.load == "none" else "loaded"
@@ -172,6 +181,8 @@ def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
         pol.update(retries=2, retry_backoff=1.0)
     elif row.extra == "timeouts":
         pol["timeout"] = steps * 40.0  # about a tenth of the trajectories time out
+    elif row.extra.startswith("train"):  # a GRPO loop in one of its modes (simrollout.fidelity_training)
+        add_training(d, row, row.trajectories or fidelity_training.STEPS)
     d.update(row.scenario)
     return d
 
@@ -221,7 +232,8 @@ class Comparison:
 
     def as_dict(self) -> dict:
         out = {"row": self.row.name, "regime": self.row.regime, "auto": self.fidelity}
-        out.update({m: round(self.diff(m), 2) for m in METRICS})
+        metrics = fidelity_training.METRICS if self.row.regime == "training" else METRICS
+        out.update({m: round(self.diff(m), 2) for m in metrics})
         out["speedup"] = round(self.step_seconds / self.fast_seconds, 1) if self.fast_seconds else None
         out["within"] = not self.misses()
         return out
@@ -232,7 +244,7 @@ def compare(row: Row, trajectories: int = 1000, steps: int = 20, concurrency: in
     """Run ``row`` in step fidelity and in ``fast`` fidelity (``trajectory`` or ``auto``)."""
     from .executors import run_scenario
 
-    d = build(row, row.trajectories or trajectories, steps, concurrency)
+    d = build(row, row.trajectories or trajectories, steps, concurrency)  # training rows: their own size
     res, secs = {}, {}
     for fid in ("step", fast):
         scn: Scenario = scenario_from_dict({**d, "fidelity": fid})
@@ -240,7 +252,10 @@ def compare(row: Row, trajectories: int = 1000, steps: int = 20, concurrency: in
         res[fid] = run_scenario(scn, jobs=1, keep_records=False)
         secs[fid] = time.perf_counter() - t0
     step, quick = res["step"], res[fast]
-    big = scenario_from_dict({**d, "workload": {**d["workload"], "trajectories": 1_000_000}})
+    if "training" in d:  # a long run of the loop: 1,000 steps
+        big = scenario_from_dict({**d, "training": {**d["training"], "steps": 1000}})
+    else:
+        big = scenario_from_dict({**d, "workload": {**d["workload"], "trajectories": 1_000_000}})
     return Comparison(
         row, step.summary.iloc[0], quick.summary.iloc[0], secs["step"], secs[fast], big.resolved_fidelity()
     )
@@ -289,6 +304,8 @@ def unbacked(scn: Scenario) -> str | None:
     tolerance (the row that matches, and its error), else None."""
     if scn.fidelity != "trajectory":
         return None
+    if scn.training is not None:
+        return fidelity_training.unbacked_training(scn)
     policy, load, extras = _row_of(scn)
     rows = []
     for name, misses in OUTSIDE.items():

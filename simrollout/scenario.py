@@ -595,10 +595,10 @@ class Scenario(_Model):
             )
         if self.arrivals.kind != "batch":
             raise ValueError("arrivals 'poisson' cannot combine with training: the loop admits trajectories")
-        if self.fidelity == "trajectory":
+        if self.fidelity == "trajectory" and self.workload.tokens is not None:
             raise ValueError(
-                "fidelity 'trajectory' is not available with training: the loop runs on the step "
-                "engine (the fast engine was not compared with it in the loop's modes)"
+                "fidelity 'trajectory' is not available with training on a token workload: the loop "
+                "runs serving engines on the step engine (the fidelity matrix has no such rows)"
             )
         return self
 
@@ -620,9 +620,11 @@ class Scenario(_Model):
         (docs/fidelity.md) finds within tolerance of the step engine in every mode."""
         if self.fidelity != "auto":
             return self.fidelity, "set in the scenario"
-        if self.training is not None:
-            return "step", "auto: the training loop runs on the step engine"
         steps = self.trajectories * self.workload.steps.mean()
+        if self.training is not None:
+            from .fidelity import training_route
+
+            return training_route(self, steps)
         if steps <= 2e5:
             return "step", f"auto: {steps:,.0f} steps, small enough to simulate every step"
         inf = self.cluster.inference

@@ -24,7 +24,13 @@ def test_the_rows_outside_tolerance_are_the_matrix_measured_in_docs():
     marked = {}
     for line in doc.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if line.startswith("| ") and len(cells) == len(cols) and cells[cols.index("within")] == "**no**":
+        training = "/train" in cells[0]  # the training rows: checked against fidelity_training.ROUTED
+        if (
+            line.startswith("| ")
+            and len(cells) == len(cols)
+            and cells[cols.index("within")] == "**no**"
+            and not training
+        ):
             row = dict(zip(cols, cells))
             tol = TOLERANCE["loaded"]
             marked[row["row"]] = {m: float(row[m]) for m in tol if abs(float(row[m])) > tol[m]}

@@ -8,6 +8,7 @@ import numpy as np
 
 OK, FAILED, TIMEOUT, CANCELLED = 0, 1, 2, 4
 STATUS = {OK: "ok", FAILED: "failed", TIMEOUT: "timeout", CANCELLED: "cancelled"}
+LOST = 3  # an attempt lost its sandbox mid-trajectory (exec failure): retried, or then FAILED
 # a trajectory's pre-drawn inputs in a simulated cell, one row per trajectory in this column order
 INPUTS = ("cold", "warm", "teardown", "u_create", "u_exec", "u_teardown", "calls", "llm", "overhead", "tool",
           "setup", "reward", "steps")  # fmt: skip

@@ -24,9 +24,10 @@ import simpy
 from ..rng import stream
 from ..scenario import LinearTime, Training
 from ..workload import CHUNK
+from .loop_body import LoopBodies
 from .records import OK
+from .training_results import CAUSES, LoopResults, StepRecord
 
-CAUSES = ("over_sampling", "filter", "staleness", "failures", "weight_update", "end")
 _BLOCK = 1024  # prompts / trajectories per random block (the streams are keyed by block)
 
 
@@ -42,21 +43,10 @@ class Group:
     state: str = "running"  # running -> ready -> trained, or discarded
     cause: str = ""
     cost: np.ndarray = field(default_factory=lambda: np.zeros(4))  # worker, sandbox, llm s; samples
+    ready_at: float = 0.0  # when its last member ended
 
 
-@dataclass
-class StepRecord:
-    start: float  # the trainer began waiting for this step's groups
-    ready: float  # B useful groups gathered
-    mean_end: float  # mean end of the trained samples
-    train: float
-    sync: float
-    end: float  # weights synced
-    samples: int
-    masked: int
-
-
-class TrainingLoop:
+class TrainingLoop(LoopResults):
     """Runs ``training.steps`` steps on ``cell`` (a :class:`simrollout.sim.model.Cell`)."""
 
     def __init__(self, cell, trace: list | None = None):
@@ -89,6 +79,8 @@ class TrainingLoop:
         if tr.placement == "colocated" or tr.pause_engines_on_sync:
             cell.llm_gate = lambda: self.gate
         self.steps: list[StepRecord] = []
+        # trajectory fidelity: the loop's bodies, re-read at barriers and version switches
+        self.bodies = None if cell.step else LoopBodies(cell, self)
         self.staleness: list[int] = []  # per trained sample
         self.trained_members: list[int] = []  # every trained sample's trajectory index
         self.discard = {c: np.zeros(4) for c in CAUSES}  # worker, sandbox, llm seconds; samples
@@ -236,7 +228,7 @@ class TrainingLoop:
                 self._top_up()
                 return
             self.passed += 1
-        grp.state = "ready"
+        grp.state, grp.ready_at = "ready", self.env.now
         del self.live[grp.g]
         self.ready.append(grp)
         self._notify()
@@ -250,21 +242,14 @@ class TrainingLoop:
         grp.state, grp.cause = "discarded", cause
         self.discard[cause] += grp.cost
         self.cell.cancelled.update(grp.members)
+        if self.bodies is not None:
+            self.bodies.cancel(grp.members)
         self._notify()
 
     def _notify(self) -> None:
         if not self.changed.triggered:
             self.changed.succeed()
         self.changed = self.env.event()
-
-    def tokens_trained(self, idx: np.ndarray) -> np.ndarray:
-        """Tokens of each sample's sequence as trained: its prompt plus the appended and output
-        tokens of the turns it generated (a token workload)."""
-        w = self.cell.work
-        if self._token_cum is None:
-            self._token_cum = np.concatenate([[0], np.cumsum(w.step_append + w.step_output, dtype=np.int64)])
-        off = w.step_off[idx].astype(np.int64)
-        return w.prompt[idx] + self._token_cum[off + self.steps_done[idx]] - self._token_cum[off]
 
     # ------------------------------------------------------------ collecting and training
     def _fresh(self, grp: Group) -> bool:
@@ -280,8 +265,11 @@ class TrainingLoop:
         while True:
             for grp in [x for x in self.ready if not self._fresh(x)]:
                 self._discard(grp, "staleness")
-            if len(self.ready) >= self.B:
-                return [self.ready.popleft() for _ in range(self.B)]
+            if len(self.ready) >= self.B:  # the first B ready; groups ready at once in prompt order
+                batch = sorted(self.ready, key=lambda x: (x.ready_at, x.g))[: self.B]
+                for grp in batch:
+                    self.ready.remove(grp)
+                return batch
             self._top_up()
             if self.exhausted and not self._live() and len(self.ready) < self.B:
                 return None
@@ -320,7 +308,7 @@ class TrainingLoop:
             train = float(tr.train_time.sample(rng, 1)[0])
         sync = float(tr.weight_sync_time.sample(rng, 1)[0])
         if tr.placement == "colocated":
-            self.gate = env.event()
+            self._close()
         t0 = env.now
         yield env.timeout(train)
         if not tr.partial_rollouts and tr.mode == "one_step_off" and self.collecting:
@@ -329,9 +317,11 @@ class TrainingLoop:
                 yield self.changed
         t1 = env.now
         if self.gate is None and tr.pause_engines_on_sync:  # disaggregated: the engines load the weights
-            self.gate = env.event()
+            self._close()
         yield env.timeout(sync)
         self.version += 1
+        if self.gate is None and self.bodies is not None:  # the bodies count steps under the new version
+            self.bodies.barrier()
         if self.gate is not None:
             self.gate.succeed()
             self.gate = None
@@ -341,6 +331,12 @@ class TrainingLoop:
         if self.trace is not None:
             self._trace_step(k, start, ready, t0, t1, env.now)
         self._after_sync()
+
+    def _close(self) -> None:
+        """Close the gate: generation waits for the new weights (bodies stop at their step's end)."""
+        self.gate = self.env.event()
+        if self.bodies is not None:
+            self.bodies.barrier()
 
     def _after_sync(self) -> None:
         for grp in self._live():
@@ -405,134 +401,3 @@ class TrainingLoop:
         for _ in workers:
             self.queue.put(None)
         yield self.env.all_of(workers)
-
-    # ------------------------------------------------------------ results
-    def _trainer_busy(self) -> float:
-        """Seconds the trainer spent training and syncing weights."""
-        return float(sum(x.train + x.sync for x in self.steps))
-
-    def _run_end(self) -> float:
-        """When the last trajectory ended (cancelled ones tear down after the last step) or the
-        last weights were synced, whichever is later."""
-        return max(self.cell.acc.end, self.finished if self.steps else 0.0)
-
-    def summary(self, engines: int, gen_used_seconds: float) -> dict[str, float]:
-        """Training metrics of the cell (docs/model.md); ``gen_used_seconds``: the engines'
-        seconds in use (their tier's ``utilised_seconds``)."""
-        tr, nan = self.tr, math.nan
-        rows = self.step_table()
-        done = len(rows)
-        T = self.finished if done else nan
-
-        def col(k):
-            return np.array([r[k] for r in rows])
-
-        step_s, train, sync = col("step_s"), col("train_s"), col("sync_s")
-        stale = np.array(self.staleness) if self.staleness else np.array([nan])
-        busy_train = self._trainer_busy()
-        colocated = tr.placement == "colocated"
-        # engines could generate until the last trajectory ended, except while colocated ones train
-        end = self._run_end() if done else nan
-        avail = engines * (end - (busy_train if colocated else 0.0))
-        samples, masked = int(col("samples").sum()), int(col("masked").sum())
-        generated = self.gen_steps.sum()
-        out = {
-            "training_steps": tr.steps,
-            "training_steps_done": done,
-            "training_hours": T / 3600,
-            "training_steps_per_day": done / T * 86400 if done else nan,
-            "step_seconds_mean": float(step_s.mean()) if done else nan,
-            "step_seconds_p99": float(np.percentile(step_s, 99)) if done else nan,
-            "step_generation_seconds": float(col("generation_s").mean()) if done else nan,
-            "step_last_group_seconds": float(col("last_group_s").mean()) if done else nan,
-            "step_train_seconds": float(train.mean()) if done else nan,
-            "step_sync_seconds": float(sync.mean()) if done else nan,
-            "trainer_idle_fraction": 1.0 - busy_train / T if done else nan,
-            "inference_idle_fraction": 1.0 - gen_used_seconds / avail if done and avail > 0 else nan,
-            "staleness_p50": float(np.percentile(stale, 50)),
-            "staleness_p99": float(np.percentile(stale, 99)),
-            "staleness_max": float(stale.max()),
-            "trained_samples": samples,
-            "masked_samples": masked,
-            "useful_trajectories_per_hour": (samples - masked) / T * 3600 if done else nan,
-            "steps_under_newer_version": self.gen_steps[1] / generated if generated else 0.0,
-            "trainer_gpus": 0 if colocated else tr.trainer.gpus,
-        }
-        for c in CAUSES:
-            out[f"discarded_{c}"] = int(self.discard[c][3])
-        tot = sum(self.discard.values())
-        out["discarded_samples"] = int(tot[3])
-        out["discarded_worker_hours"] = tot[0] / 3600
-        out["discarded_sandbox_hours"] = tot[1] / 3600
-        out["discarded_generation_hours"] = tot[2] / 3600
-        out.update(self.length_bias())
-        return out
-
-    def length_bias(self) -> dict[str, float]:
-        """What the loop does to the data: mean turns and body seconds of the trained samples, of
-        the started samples discarded for staleness, and of every started sample, and the trained
-        over the started as the bias (below 1: training sees shorter rollouts than it starts).
-
-        A sample's length is its own, as drawn (turns, and unloaded LLM plus tool seconds times
-        its prompt's factor), so a sample cancelled half-way counts at the length it would have
-        had, not at the part it ran."""
-        w, x = self.cell.work, self.cell.task_scale
-        stale = [i for grp in self.groups.values() if grp.cause == "staleness" for i in grp.members]
-        sets = {
-            "trained": np.asarray(self.trained_members, dtype=np.int64),
-            "stale": np.asarray(stale, dtype=np.int64),
-            "started": np.flatnonzero(self.started),
-        }
-        out = {}
-        for name, idx in sets.items():
-            idx = idx[self.started[idx]]
-            turns = w.steps[idx].astype(float)
-            body = (w.llm[idx] + w.tool[idx]) * x[idx]
-            out[f"{name}_mean_turns"] = float(turns.mean()) if idx.size else math.nan
-            out[f"{name}_mean_body_seconds"] = float(body.mean()) if idx.size else math.nan
-        for what in ("turns", "body_seconds"):
-            started = out[f"started_mean_{what}"]
-            out[f"length_bias_{what}"] = out[f"trained_mean_{what}"] / started if started > 0 else math.nan
-        return out
-
-    def adjust(self, out: dict, inference) -> None:
-        """The cell's GPU and cost figures with the trainer in: GPUs billed until the last step
-        (and the last cancelled teardown), a colocated engine counted busy while it trains."""
-        tr = self.tr
-        engines = inference.engines if inference else 0
-        price = inference.price_per_hour if inference else 0.0
-        trainer = 0 if tr.placement == "colocated" else tr.trainer.gpus
-        end = self._run_end()
-        gpu_s = (engines + trainer) * end
-        busy = self.cell.tier.busy_seconds + self._trainer_busy() * (trainer or engines)
-        gpu_cost = engines * end / 3600 * price
-        trainer_cost = trainer * end / 3600 * tr.trainer.price_per_hour if trainer else 0.0
-        gpu_cost += trainer_cost
-        out.update(
-            makespan_hours=end / 3600,
-            gpu_hours=gpu_s / 3600,
-            gpu_idle_fraction=1.0 - min(busy / gpu_s, 1.0) if gpu_s else math.nan,
-            gpu_cost_usd=gpu_cost,  # the trainer's GPUs included
-            trainer_cost_usd=trainer_cost,
-            cost_usd=out["sandbox_cost_usd"] + gpu_cost,
-            trajectories_per_hour=out["completed"] / end * 3600 if end else math.nan,
-        )
-
-    def step_table(self) -> list[dict]:
-        """One row per trained step: its time and its breakdown."""
-        rows, prev = [], 0.0
-        for k, x in enumerate(self.steps):
-            step = x.end - prev
-            wait = step - x.train - x.sync
-            last = min(max(x.ready - min(max(x.mean_end, x.start), x.ready), 0.0), max(wait, 0.0))
-            rows.append({"step": k, "end_s": x.end, "step_s": step, "generation_s": wait - last,
-                         "last_group_s": last, "train_s": x.train, "sync_s": x.sync,
-                         "samples": x.samples, "masked": x.masked})  # fmt: skip
-            prev = x.end
-        return rows
-
-    # ------------------------------------------------------------ Chrome trace events
-    def _trace_step(self, k, start, ready, t0, t1, end) -> None:
-        self.trace.append(("trainer", -1, f"wait for groups (step {k})", start, max(ready - start, 0.0), {}))
-        self.trace.append(("trainer", -1, f"train step {k}", t0, t1 - t0, {}))
-        self.trace.append(("trainer", -1, f"weight sync -> v{k + 1}", t1, end - t1, {}))

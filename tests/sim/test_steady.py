@@ -103,7 +103,7 @@ def test_fails_within_agrees_with_first_failure_call_by_call():
 def test_engine_busy_time_integrates_the_bodies_running():
     from array import array
 
-    from simrollout.sim.model import busy_integral
+    from simrollout.sim.load import busy_integral
 
     # 0-1 s none, 1-2 s one, 2-3 s two, 3-5 s one (a start and two ends at 3 s: nothing lasts
     # between them); more bodies than the curve has counts read its last figure

@@ -1,0 +1,148 @@
+"""A cell's trajectories a chunk at a time: their inputs, drawn when the first of the chunk is
+needed, their output rows, and the records each finished chunk folds into the cell's accumulator
+(so memory does not grow with the number of trajectories)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..rng import stream
+from ..workload import CHUNK, ChunkDetail, SubstrateDraws, arrival_gaps, chunk_detail, draw_substrate
+from .records import INPUTS as _IN
+from .records import STATUS, Records
+from .serving_pilot import phases
+
+# a trajectory's output row, in this column order (the fields of Records but ``arrival``)
+OUT = (
+    "start",
+    "end",
+    "cold",
+    "acquire_wait",
+    "worker",
+    "sandbox",
+    "llm",
+    "attempts",
+    "status",
+    "warm",
+    "steps_done",
+    "overhead",
+    "teardown",
+    "lost",
+)
+
+
+class Chunk:
+    """Inputs and outputs of one chunk of trajectories while any of them is in flight."""
+
+    def __init__(self, lo: int, inputs: np.ndarray, draws: SubstrateDraws, arrival: np.ndarray):
+        self.lo, self.inputs, self.draws, self.arrival = lo, inputs, draws, arrival
+        self.out = np.zeros((len(inputs), len(OUT)))
+        self.gen = np.zeros((len(inputs), 3))  # body start, end, generating share (GPU estimate)
+        self.left = len(inputs)
+        self.ran = np.zeros(len(inputs), dtype=bool)  # rows written (the training loop starts a subset)
+        self.detail: ChunkDetail | None = None  # per-step detail, drawn when a body needs it
+        self.scale: np.ndarray | None = None  # per trajectory: its luck (serving pilot)
+        # the steady state's one-wait trajectories (simrollout.sim.steady): their plan, which
+        # rows they wrote, when each could start its create, and how their rows are filled
+        self.plan: dict | None = None
+        self.one_wait: np.ndarray | None = None
+        self.t0: np.ndarray | None = None
+        self.times: np.ndarray | None = None
+        self.fill: Callable[[], None] | None = None
+
+
+class ChunkRows:
+    """The chunks of a :class:`simrollout.sim.model.Cell` (a part of it): drawn on demand, each
+    trajectory's row written when it ends, a chunk folded into ``acc`` (and handed to ``sink``,
+    or kept when ``keep``) once its last trajectory ended."""
+
+    def _init_chunks(self) -> None:
+        self._chunks: dict[int, Chunk] = {}
+        self._last_arrival = 0.0  # of the latest chunk whose arrivals were drawn
+
+    def _chunk(self, c: int) -> Chunk:
+        """The chunk's state, drawn when its first trajectory is needed."""
+        st = self._chunks.get(c)
+        if st is None:
+            w, lo = self.work, c * CHUNK
+            d = draw_substrate(self.scn, self.sub, self.rep, w, c, detail=self.step)
+            sl = slice(lo, lo + len(d.cold))
+            cols = {"cold": d.cold, "warm": d.warm, "teardown": d.teardown, "u_create": d.u_create,
+                    "u_exec": d.u_exec, "u_teardown": d.u_teardown, "calls": w.calls[sl], "llm": w.llm[sl],
+                    "overhead": d.overhead, "tool": w.tool[sl], "setup": w.setup[sl],
+                    "reward": w.reward[sl], "steps": w.steps[sl]}  # fmt: skip
+            inputs = np.column_stack([cols[k] for k in _IN])
+            arrival = np.zeros(len(inputs))
+            if self.scn.arrivals.kind == "poisson":
+                gaps = arrival_gaps(self.scn, self.rep, c, len(inputs))
+                arrival = self._last_arrival + np.cumsum(gaps)
+                self._last_arrival = float(arrival[-1])
+            st = self._chunks[c] = Chunk(lo, inputs, d, arrival)
+            if self.pilot is not None:
+                n = len(inputs)
+                phase = phases(w.n, self.concurrency, self.scn, lo, lo + n)
+                rng = stream(self.scn.seed, self.rep, "serving", self.sub.name, self.concurrency, c)
+                st.scale = self.pilot.draw(rng, w.llm[sl], phase)
+        return st
+
+    def arrival(self, i: int) -> float:
+        return float(self._chunk(i // CHUNK).arrival[i % CHUNK])
+
+    def _finish(self, c: int) -> None:
+        st = self._chunks.pop(c)
+        if st.fill is not None:
+            st.fill()
+        ran = slice(None) if st.ran.all() else st.ran
+        cols = dict(zip(OUT, st.out[ran].T))
+        ints = {"attempts": np.int8, "status": np.int8, "warm": bool, "steps_done": np.int32}
+        cols = {k: v.astype(ints.get(k, np.float64)) for k, v in cols.items()}
+        rec = Records(arrival=st.arrival[ran], **cols)
+        self.acc.add(rec, None if self.step else st.gen)
+        if self.sink is not None:
+            self.sink(rec, st.lo)
+        if self.keep:
+            self.kept.append(rec)
+
+    def close(self) -> None:
+        """Fold in the chunks whose every trajectory was not started (the training loop stops
+        before its budget): their rows that ran."""
+        for c in sorted(self._chunks):
+            if self._chunks[c].ran.any():
+                self._finish(c)
+        self._chunks.clear()
+
+    def _record(self, i: int, st: Chunk, row: tuple | None) -> None:
+        """Trajectory ``i`` ended: its row (None: a one-wait trajectory's, filled with its chunk)."""
+        if row is not None:
+            st.out[i - st.lo] = row
+            if self.trace is not None:
+                self._trace(i, row)
+        st.ran[i - st.lo] = True
+        st.left -= 1
+        if st.left == 0:
+            self._finish(i // CHUNK)
+
+    def _trace(self, i: int, row) -> None:
+        """Spans of a timeline (simrollout.timeline): the trajectory, and its sandbox's create."""
+        start, end, cold, waited, status, steps = row[0], row[1], row[2], row[3], int(row[8]), int(row[10])
+        args = {"status": STATUS.get(status, "lost"), "steps": steps, "attempts": int(row[7])}
+        if cold > 0 and row[7] == 1:
+            self.trace.append(("trajectories", i, "sandbox create", start + waited, cold, {}))
+        self.trace.append(("trajectories", i, f"trajectory {i}", start, end - start, args))
+
+    # ------------------------------------------------------------ per-step detail
+    def _detail(self, c: int) -> ChunkDetail:
+        st = self._chunks[c]
+        if st.detail is None:
+            st.detail = chunk_detail(self.scn, self.sub, self.rep, self.work, c)
+        return st.detail
+
+    def _span(self, i: int) -> tuple[ChunkDetail, int]:
+        """Trajectory ``i``'s per-step detail and its index within it: kept when the workload
+        was drawn if the body is long, else the chunk drawn again."""
+        st = self._chunks[i // CHUNK]
+        if i in st.draws.kept and st.detail is None:
+            return ChunkDetail.one(*self.work.kept[i], st.draws.kept[i]), 0
+        return self._detail(i // CHUNK), i - st.lo

@@ -1,0 +1,174 @@
+"""The training loop's results: its metrics, step table, length bias and GPU figures (a mixin of
+:class:`simrollout.sim.training.TrainingLoop`; docs/model.md, "The training loop")."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+CAUSES = ("over_sampling", "filter", "staleness", "failures", "weight_update", "end")
+
+
+@dataclass
+class StepRecord:
+    start: float  # the trainer began waiting for this step's groups
+    ready: float  # B useful groups gathered
+    mean_end: float  # mean end of the trained samples
+    train: float
+    sync: float
+    end: float  # weights synced
+    samples: int
+    masked: int
+
+
+class LoopResults:
+    """What a finished loop reports; needs the loop's ``cell``, ``tr``, ``steps``, ``discard``,
+    ``staleness``, ``trained_members``, ``started``, ``steps_done``, ``groups`` and ``finished``."""
+
+    def tokens_trained(self, idx: np.ndarray) -> np.ndarray:
+        """Tokens of each sample's sequence as trained: its prompt plus the appended and output
+        tokens of the turns it generated (a token workload)."""
+        w = self.cell.work
+        if self._token_cum is None:
+            self._token_cum = np.concatenate([[0], np.cumsum(w.step_append + w.step_output, dtype=np.int64)])
+        off = w.step_off[idx].astype(np.int64)
+        return w.prompt[idx] + self._token_cum[off + self.steps_done[idx]] - self._token_cum[off]
+
+    def _trainer_busy(self) -> float:
+        """Seconds the trainer spent training and syncing weights."""
+        return float(sum(x.train + x.sync for x in self.steps))
+
+    def _engine_busy(self) -> float:
+        """Engine seconds generating: the tier's at step fidelity, else the cell's estimate."""
+        return self.cell.tier.busy_seconds if self.cell.step else self.cell.gpu_busy_seconds()
+
+    def _run_end(self) -> float:
+        """When the last trajectory ended (cancelled ones tear down after the last step) or the
+        last weights were synced, whichever is later."""
+        return max(self.cell.acc.end, self.finished if self.steps else 0.0)
+
+    def summary(self, engines: int, gen_used_seconds: float) -> dict[str, float]:
+        """Training metrics of the cell (docs/model.md); ``gen_used_seconds``: the engines'
+        seconds in use (their tier's ``utilised_seconds``)."""
+        tr, nan = self.tr, math.nan
+        if not self.cell.step:  # the engines' busy time as estimated at trajectory fidelity
+            gen_used_seconds = self._engine_busy()
+        rows = self.step_table()
+        done = len(rows)
+        T = self.finished if done else nan
+
+        def col(k):
+            return np.array([r[k] for r in rows])
+
+        step_s, train, sync = col("step_s"), col("train_s"), col("sync_s")
+        stale = np.array(self.staleness) if self.staleness else np.array([nan])
+        busy_train = self._trainer_busy()
+        colocated = tr.placement == "colocated"
+        # engines could generate until the last trajectory ended, except while colocated ones train
+        end = self._run_end() if done else nan
+        avail = engines * (end - (busy_train if colocated else 0.0))
+        samples, masked = int(col("samples").sum()), int(col("masked").sum())
+        generated = self.gen_steps.sum()
+        out = {
+            "training_steps": tr.steps,
+            "training_steps_done": done,
+            "training_hours": T / 3600,
+            "training_steps_per_day": done / T * 86400 if done else nan,
+            "step_seconds_mean": float(step_s.mean()) if done else nan,
+            "step_seconds_p50": float(np.percentile(step_s, 50)) if done else nan,
+            "step_seconds_p99": float(np.percentile(step_s, 99)) if done else nan,
+            "step_generation_seconds": float(col("generation_s").mean()) if done else nan,
+            "step_last_group_seconds": float(col("last_group_s").mean()) if done else nan,
+            "step_train_seconds": float(train.mean()) if done else nan,
+            "step_sync_seconds": float(sync.mean()) if done else nan,
+            "trainer_idle_fraction": 1.0 - busy_train / T if done else nan,
+            "inference_idle_fraction": 1.0 - gen_used_seconds / avail if done and avail > 0 else nan,
+            "staleness_p50": float(np.percentile(stale, 50)),
+            "staleness_p99": float(np.percentile(stale, 99)),
+            "staleness_max": float(stale.max()),
+            "trained_samples": samples,
+            "masked_samples": masked,
+            "useful_trajectories_per_hour": (samples - masked) / T * 3600 if done else nan,
+            "steps_under_newer_version": self.gen_steps[1] / generated if generated else 0.0,
+            "trainer_gpus": 0 if colocated else tr.trainer.gpus,
+        }
+        for c in CAUSES:
+            out[f"discarded_{c}"] = int(self.discard[c][3])
+        tot = sum(self.discard.values())
+        out["discarded_samples"] = int(tot[3])
+        out["discarded_worker_hours"] = tot[0] / 3600
+        out["discarded_sandbox_hours"] = tot[1] / 3600
+        out["discarded_generation_hours"] = tot[2] / 3600
+        out.update(self.length_bias())
+        return out
+
+    def length_bias(self) -> dict[str, float]:
+        """What the loop does to the data: mean turns and body seconds of the trained samples, of
+        the started samples discarded for staleness, and of every started sample, and the trained
+        over the started as the bias (below 1: training sees shorter rollouts than it starts).
+
+        A sample's length is its own, as drawn (turns, and unloaded LLM plus tool seconds times
+        its prompt's factor), so a sample cancelled half-way counts at the length it would have
+        had, not at the part it ran."""
+        w, x = self.cell.work, self.cell.task_scale
+        stale = [i for grp in self.groups.values() if grp.cause == "staleness" for i in grp.members]
+        sets = {
+            "trained": np.asarray(self.trained_members, dtype=np.int64),
+            "stale": np.asarray(stale, dtype=np.int64),
+            "started": np.flatnonzero(self.started),
+        }
+        out = {}
+        for name, idx in sets.items():
+            idx = idx[self.started[idx]]
+            turns = w.steps[idx].astype(float)
+            body = (w.llm[idx] + w.tool[idx]) * x[idx]
+            out[f"{name}_mean_turns"] = float(turns.mean()) if idx.size else math.nan
+            out[f"{name}_mean_body_seconds"] = float(body.mean()) if idx.size else math.nan
+        for what in ("turns", "body_seconds"):
+            started = out[f"started_mean_{what}"]
+            out[f"length_bias_{what}"] = out[f"trained_mean_{what}"] / started if started > 0 else math.nan
+        return out
+
+    def adjust(self, out: dict, inference) -> None:
+        """The cell's GPU and cost figures with the trainer in: GPUs billed until the last step
+        (and the last cancelled teardown), a colocated engine counted busy while it trains."""
+        tr = self.tr
+        engines = inference.engines if inference else 0
+        price = inference.price_per_hour if inference else 0.0
+        trainer = 0 if tr.placement == "colocated" else tr.trainer.gpus
+        end = self._run_end()
+        gpu_s = (engines + trainer) * end
+        busy = self._engine_busy() + self._trainer_busy() * (trainer or engines)
+        gpu_cost = engines * end / 3600 * price
+        trainer_cost = trainer * end / 3600 * tr.trainer.price_per_hour if trainer else 0.0
+        gpu_cost += trainer_cost
+        out.update(
+            makespan_hours=end / 3600,
+            gpu_hours=gpu_s / 3600,
+            gpu_idle_fraction=1.0 - min(busy / gpu_s, 1.0) if gpu_s else math.nan,
+            gpu_cost_usd=gpu_cost,  # the trainer's GPUs included
+            trainer_cost_usd=trainer_cost,
+            cost_usd=out["sandbox_cost_usd"] + gpu_cost,
+            trajectories_per_hour=out["completed"] / end * 3600 if end else math.nan,
+        )
+
+    def step_table(self) -> list[dict]:
+        """One row per trained step: its time and its breakdown."""
+        rows, prev = [], 0.0
+        for k, x in enumerate(self.steps):
+            step = x.end - prev
+            wait = step - x.train - x.sync
+            last = min(max(x.ready - min(max(x.mean_end, x.start), x.ready), 0.0), max(wait, 0.0))
+            rows.append({"step": k, "end_s": x.end, "step_s": step, "generation_s": wait - last,
+                         "last_group_s": last, "train_s": x.train, "sync_s": x.sync,
+                         "samples": x.samples, "masked": x.masked})  # fmt: skip
+            prev = x.end
+        return rows
+
+    # ------------------------------------------------------------ Chrome trace events
+    def _trace_step(self, k, start, ready, t0, t1, end) -> None:
+        self.trace.append(("trainer", -1, f"wait for groups (step {k})", start, max(ready - start, 0.0), {}))
+        self.trace.append(("trainer", -1, f"train step {k}", t0, t1 - t0, {}))
+        self.trace.append(("trainer", -1, f"weight sync -> v{k + 1}", t1, end - t1, {}))
