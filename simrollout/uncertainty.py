@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from .runner import RunResult
-from .scenario import Scenario, Substrate, _merge, _resolve, load_profile
+from .scenario import Scenario, Substrate, load_profile
+from .scenario.files import _merge, _resolve
 from .sweeps import base_dict, set_path
 
 BANDED = ("worker_hours", "makespan_hours", "duration_p50", "duration_p99", "completed_duration_p50",

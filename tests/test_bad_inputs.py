@@ -227,7 +227,7 @@ def test_an_interrupt_swallowed_where_it_landed_is_raised_at_the_next_progress_t
     collection) must still stop the run: the progress callback raises it again."""
     import signal
 
-    from simrollout import cli as m
+    from simrollout.cli import entry as m
 
     seen = []
 

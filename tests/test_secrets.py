@@ -133,7 +133,7 @@ def test_probe_and_validate_an_endpoint_behind_a_key_and_record_no_secret(
     # the right key: a probe (the CLI's server, a small plan: this machine's CPU serves it), then
     # its profile and a recorded validation through the CLI
     from simrollout.calibration.engine_probe import EnginePlan, probe_engine
-    from simrollout.cli import _server
+    from simrollout.cli.options import _server
 
     for k, v in {**SDK, "MYKEY": KEY}.items():
         monkeypatch.setenv(k, v)

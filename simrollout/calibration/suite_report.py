@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # the model and the fitting code: a change to any of them changes the hash
 CODE = (
     "simrollout/sim",
-    "simrollout/scenario.py",
+    "simrollout/scenario",
     "simrollout/contention.py",
     "simrollout/distributions.py",
     "simrollout/workload.py",

@@ -39,7 +39,7 @@ def expand_workload(wl: dict, scenario: Path, training: bool = False) -> dict:
 
 
 def _import(wl: dict, scenario: Path) -> dict:
-    from ..scenario import _merge
+    from ..scenario.files import _merge
 
     path = _find(wl["import"], scenario, "import")
     data, _ = load_yaml(path)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from .entry import app
+
 
 def _fit_line(name: str, r: dict) -> str:
     if r.get("form") == "histogram":
@@ -20,6 +22,7 @@ def _fit_line(name: str, r: dict) -> str:
     return f"  {name:22s} {r['family']:20s} KS {r['ks']:.3f} (p {r['ks_pvalue']:.2g}); {err}: {chosen}"
 
 
+@app.command()
 def workload(
     fmt: str = typer.Argument(
         ..., metavar="FORMAT", help="tracelab, atif, verifiers, swe-agent or mini-swe-agent."
@@ -47,13 +50,13 @@ def workload(
     as ``workload: {import: PATH}``."""
     import yaml
 
-    from .errors import InputError
-    from .outputs import atomic_file
-    from .traces import read_trace
-    from .traces.categories import parse_map
-    from .traces.characterise import characterise, summary_lines
-    from .traces.characterise import plot as draw
-    from .traces.fit import fit_workload
+    from ..errors import InputError
+    from ..outputs import atomic_file
+    from ..traces import read_trace
+    from ..traces.categories import parse_map
+    from ..traces.characterise import characterise, summary_lines
+    from ..traces.characterise import plot as draw
+    from ..traces.fit import fit_workload
 
     if overlap not in ("trace", "max", "sum"):
         raise InputError(f"--overlap: expected trace, max or sum, got '{overlap}'.")

@@ -1,4 +1,5 @@
-"""``simrollout validate suite``: the options checked, the target built, the suite run and written."""
+"""``simrollout validate suite``: the interleaved held-out suite (simrollout.calibration.suite): its
+options checked, its target built, the suite run (or refitted) and its record written."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import typer
+
+from ..calibration import suite_report
+from ..calibration.suite import DEFAULT_BOOTSTRAP, Cell, SuitePlan, rows_table, run_suite
 from ..errors import InputError
-from . import suite_report
-from .suite import DEFAULT_BOOTSTRAP, Cell, SuitePlan, rows_table, run_suite
+from .options import _json_option
+from .validate import validate_app
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -71,8 +76,8 @@ def run_suite_command(
         target = EngineTarget(engine, model, extra, record / "engine", seed)
         notes = engine_notes
     else:
+        from ..calibration.suite import DOCKER_LEVELS, DOCKER_WORKLOADS
         from .backends import get_backend
-        from .suite import DOCKER_LEVELS, DOCKER_WORKLOADS
         from .suite_docker import DockerTarget, docker_notes
 
         chosen, lv = _pick(DOCKER_WORKLOADS, workloads, "--workloads"), DOCKER_LEVELS
@@ -128,7 +133,7 @@ def _refit(record: Path, target, known: list, bootstrap: int | None, notes, echo
     """``--refit``: every cell of the target's recorded suite fitted and simulated again from its
     own probe blocks and real runs (nothing real run); the real side, its schedule and its
     command are the record's, the simulated side this checkout's."""
-    from .suite import refit_cell
+    from ..calibration.suite import refit_cell
 
     data = suite_report.read_suite(record / "suite.json")
     old = data["targets"].get(target.name)
@@ -171,3 +176,56 @@ def _refit(record: Path, target, known: list, bootstrap: int | None, notes, echo
         f"{o['cells']} cells fitted again: {o['pass']} pass, {o['miss']} miss, {o['indeterminate']} "
         f"indeterminate; wrote {record}/REPORT.md, suite.json, history.csv"
     )
+
+
+@validate_app.command("suite")
+def validate_suite(
+    record: Path = typer.Option(
+        Path("validation"),
+        "--record",
+        help="Folder of REPORT.md, suite.json and "
+        "history.csv (each cell's probes, runs and profile go under <record>/<target>/).",
+    ),
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        help="An OpenAI-compatible server's URL (llama.cpp's): "
+        "run the engine suite (agent loop) instead of the Docker one (default: none, the Docker suite).",
+    ),
+    model: str = typer.Option("tiny", help="--engine: the model name."),
+    request_extra: str = typer.Option("{}", help="--engine: extra request fields as JSON."),
+    levels: str | None = typer.Option(
+        None, help="Comma-separated levels in flight (default: Docker 8,16,32,48; engine 1,4,8)."
+    ),
+    workloads: str | None = typer.Option(
+        None, help="Comma-separated held-out workloads (default: all of the target's)."
+    ),
+    repeats: int = typer.Option(
+        3, help="Real repeats (runs, and as many probe blocks) per cell, at least 3 for a verdict."
+    ),
+    max_repeats: int = typer.Option(6, help="Repeats (runs) a cell may grow to while it is indeterminate."),
+    bootstrap: int | None = typer.Option(
+        None, help="Refits of each cell's profile for its band (default: the fit's)."
+    ),
+    seed: int = typer.Option(0, help="Seed of the blocks' order."),
+    image: str = typer.Option("simrollout-busybox:local", help="Docker: the image."),
+    budget: float | None = typer.Option(
+        None,
+        help="Minutes: past them no repeats are added (each cell "
+        "keeps its base blocks; a cell left indeterminate says so; default: no limit).",
+    ),
+    refit: bool = typer.Option(
+        False,
+        "--refit",
+        help="Run nothing real: fit and simulate every recorded "
+        "cell again from its own probe blocks and real runs (another fit or model "
+        "version on the same sitting).",
+    ),
+) -> None:
+    """Held-out cells (workload x concurrency), each as probe blocks and real blocks in a seeded,
+    balanced alternating order; each cell's profile fitted from its own probe blocks; per cell and
+    metric the real mean with its 95% CI, the simulated point with its 90% band, the error and a
+    verdict. Writes <record>/REPORT.md, suite.json and a row of history.csv."""
+    run_suite_command(record, engine, model, _json_option(request_extra, "--request-extra"), levels,
+                      workloads, repeats, max_repeats, bootstrap, seed, image, budget, refit,
+                      echo=typer.echo)  # fmt: skip

@@ -1,0 +1,5 @@
+"""``python -m simrollout.cli``: the ``simrollout`` command."""
+
+from .entry import main
+
+main()

@@ -1,0 +1,216 @@
+"""``simrollout plan SCENARIO``: the cheapest configuration that meets a deadline, throughput or
+budget (a training run's steps per day too)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import InputError
+from ..outputs import atomic_file
+from .entry import _ticker, app
+from .options import _progress_bar
+
+
+@app.command()
+def plan(
+    scenario: Path = typer.Argument(..., help="Scenario YAML (version: 1)."),
+    deadline: str | None = typer.Option(
+        None, help="Finish within, e.g. 24h, 90m, 2d (default: no deadline)."
+    ),
+    throughput: float | None = typer.Option(
+        None, help="At least this many trajectories per hour (default: no throughput target)."
+    ),
+    steps_per_day: float | None = typer.Option(
+        None,
+        "--steps-per-day",
+        help="At least this many training steps per day (a scenario "
+        "with training:; default: no such target).",
+    ),
+    budget: float | None = typer.Option(
+        None, help="At most this many US dollars (then: fastest within; default: no budget)."
+    ),
+    concurrency: str | None = typer.Option(None, help="Levels to search (default 64..16384, powers of 2)."),
+    warm_pool: str | None = typer.Option(
+        None, "--warm-pool", help="Warm-pool sizes to search, sandboxes (default: the scenario's)."
+    ),
+    hosts: str | None = typer.Option(
+        None, help="Host counts to search, self-managed fleets (default: the scenario's)."
+    ),
+    engines: str | None = typer.Option(
+        None, help="Inference engine counts to search, e.g. 8,16,32 (default: the scenario's)."
+    ),
+    sample: int = typer.Option(
+        20_000, help="Trajectories simulated per configuration (projected to the full run)."
+    ),
+    max_failed: float = typer.Option(
+        0.001, "--max-failed", help="Share of trajectories that may time out or fail (0.001 = 0.1%)."
+    ),
+    check: int | None = typer.Option(
+        None,
+        help="Trajectories per replication of the check of the top candidates (default: the "
+        "full run, at most 10 x --sample; 0 skips it).",
+    ),  # fmt: skip
+    sensitivity: float | None = typer.Option(
+        None,
+        help="Re-plan with the substrates' lifecycle latencies scaled by 1 -/+ this share, e.g. 0.2 "
+        "(default: no re-plan).",
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Write the evaluated table (CSV) here (default: not written)."
+    ),
+    executor: str = typer.Option("local", help="local (processes), serial, or ray."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+    uncertainty: bool = typer.Option(
+        False,
+        "--uncertainty",
+        help="Also re-simulate the top candidates over the profiles' bootstrap refits and say how "
+        "often the recommendation stays the winner.",
+    ),
+) -> None:
+    """Find the cheapest substrate, concurrency, warm pool and host count that meets a target,
+    counting only finished work, and check the winner at a larger size."""
+    from ..planner import Target, parse_duration
+    from ..planner import plan as run_plan
+    from ..scenario import load_scenario
+
+    def ints(name, text, least=0):
+        if text is None:
+            return None
+        try:
+            vals = [int(v) for v in text.split(",")]
+        except ValueError:
+            raise InputError(f"--{name}: expected integers like 64,256, got '{text}'.") from None
+        if any(v < least for v in vals):
+            raise InputError(f"--{name}: expected integers of at least {least}, got '{text}'.")
+        return vals
+
+    scn = load_scenario(scenario)
+    for name, v in (("throughput", throughput), ("budget", budget)):
+        if v is not None and not (v > 0 and v < float("inf")):
+            raise InputError(f"plan {scenario}: --{name} must be a positive number, got {v}.")
+    if sample < 1:
+        raise InputError(f"plan {scenario}: --sample must be at least 1, got {sample}.")
+    if not 0 <= max_failed < 1:
+        raise InputError(f"plan {scenario}: --max-failed must be a share in [0, 1), got {max_failed}.")
+    if sensitivity is not None and not 0 < sensitivity < 1:
+        raise InputError(f"plan {scenario}: --sensitivity must be a share in (0, 1), got {sensitivity}.")
+    if check is not None and check < 0:
+        raise InputError(f"plan {scenario}: --check must be >= 0, got {check}.")
+    if steps_per_day is not None and not (0 < steps_per_day < float("inf")):
+        raise InputError(f"plan {scenario}: --steps-per-day must be a positive number, got {steps_per_day}.")
+    if uncertainty and (scn.training is not None or steps_per_day is not None):
+        raise InputError(
+            f"plan {scenario}: --uncertainty is not available for a scenario with a training section "
+            "yet; run its recommendation with 'simrollout run --uncertainty' for its bands."
+        )
+    if scn.training is not None or steps_per_day is not None:
+        _plan_training(scn, deadline, budget, throughput, steps_per_day, ints("concurrency", concurrency, 1),
+                       ints("warm-pool", warm_pool), ints("hosts", hosts, 1), check != 0, max_failed,
+                       executor, jobs, out)  # fmt: skip
+        return
+    target = Target(parse_duration(deadline) if deadline else None, throughput, budget)
+    with _progress_bar() as bar:
+        task = bar.add_task("plan", total=1.0)
+        result = run_plan(
+            scn,
+            target,
+            ints("concurrency", concurrency, 1),
+            ints("warm-pool", warm_pool),
+            ints("hosts", hosts, 1),
+            sample=sample,
+            executor=executor,
+            jobs=jobs,
+            progress=_ticker(bar, task),
+            max_failed=max_failed,
+            check=check,
+            sensitivity=sensitivity,
+            engines=ints("engines", engines, 1),
+        )
+    cols = ["substrate", "concurrency", "warm_pool", "hosts", "makespan_s", "cost_usd", "worker_hours",
+            "completed", "timeouts", "failed", "binding"]  # fmt: skip
+    if engines:
+        cols.insert(4, "engines")
+    table = result.table[cols].assign(makespan_h=lambda d: d.makespan_s / 3600).drop(columns="makespan_s")
+    table["lost"] = [f"{x:.2%}" + ("" if ok else " (over budget)")
+                     for x, ok in zip(result.table.lost_fraction, result.table.within_budget)]  # fmt: skip
+    for c in ("completed", "timeouts", "failed"):
+        table[c] = table[c].round().astype(int)
+    typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    if result.check is not None and len(result.check):
+        chk = result.check.assign(
+            makespan_h=lambda d: d.makespan_s / 3600, makespan_h_ci95=lambda d: d.makespan_s_ci95 / 3600
+        )[["substrate", "concurrency", "warm_pool", "hosts", "makespan_h", "makespan_h_ci95", "cost_usd",
+           "cost_usd_ci95", "lost_fraction", "meets"]]  # fmt: skip
+        chk = chk.assign(lost=[f"{x:.3%}" for x in chk.lost_fraction]).drop(columns="lost_fraction")
+        typer.echo(f"\ncheck of the top candidates ({int(result.check.checked.iloc[0]):,} trajectories x "
+                   f"{int(result.check.replications.iloc[0])} replications, 95% CIs):")  # fmt: skip
+        typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    stability = None
+    if uncertainty:
+        from ..uncertainty import describe_stability, plan_stability
+
+        stability = describe_stability(plan_stability(scn, result, executor, jobs))
+    _conclude_plan(result, out, stability)
+
+
+def _conclude_plan(result, out: Path | None, extra: str | None = None) -> None:
+    """A plan's last words: its description, the table to ``out``, exit 1 when nothing fits."""
+    typer.echo(result.describe())
+    if extra:
+        typer.echo(extra)
+    if out is not None:
+        with atomic_file(out) as tmp:
+            result.table.to_csv(tmp, index=False)
+    if result.best is None:
+        raise typer.Exit(1)
+
+
+def _plan_training(
+    scn,
+    deadline,
+    budget,
+    throughput,
+    steps_per_day,
+    levels,
+    pools,
+    hosts,
+    check,
+    max_failed,
+    executor,
+    jobs,
+    out,
+) -> None:
+    """``plan`` for a scenario with a training section: steps per day, a deadline or a budget."""
+    from ..plan_training import plan_training
+    from ..planner import Target, parse_duration
+
+    given = [x is not None for x in (deadline, budget, throughput, steps_per_day)]
+    if sum(given) != 1:
+        raise InputError("plan: give exactly one of --steps-per-day, --deadline or --budget.")
+    target = None
+    if steps_per_day is None:
+        target = Target(parse_duration(deadline) if deadline else None, throughput, budget)
+    with _progress_bar() as bar:
+        task = bar.add_task("plan", total=1.0)
+        result = plan_training(
+            scn, target, steps_per_day, levels, pools, hosts, executor=executor, jobs=jobs,
+            progress=_ticker(bar, task),
+            max_failed=max_failed, check=check,
+        )  # fmt: skip
+    t = result.table.assign(
+        time_h=lambda d: d.time_s / 3600, masked=lambda d: [f"{x:.2%}" for x in d.masked_fraction]
+    )
+    t["masked"] = [m + ("" if ok else " (over budget)") for m, ok in zip(t.masked, t.within_budget)]
+    cols = ["substrate", "concurrency", "warm_pool", "hosts", "steps_per_day", "time_h", "cost_usd",
+            "cost_per_step", "masked", "bound"]  # fmt: skip
+    typer.echo(t[cols].to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    if result.check is not None and len(result.check):
+        typer.echo(
+            f"\ncheck of the top candidates ({int(result.check.replications.iloc[0])} replications, 95% CIs):"
+        )
+        chk = result.check[["substrate", "concurrency", "warm_pool", "hosts", "steps_per_day",
+                            "steps_per_day_ci95", "cost_usd", "cost_usd_ci95", "meets"]]  # fmt: skip
+        typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    _conclude_plan(result, out)

@@ -1,0 +1,89 @@
+"""``simrollout run SCENARIO``: simulate a scenario and write its results folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..outputs import atomic_folder
+from .entry import _ticker, app
+from .options import _out_folder, _progress_bar, err
+
+
+@app.command()
+def run(
+    scenario: Path = typer.Argument(..., help="Scenario YAML (version: 1)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Results folder (default: results/<name>)."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Processes (default: all cores)."),
+    seed: int | None = typer.Option(None, help="The seed (default: the scenario's)."),
+    fidelity: str | None = typer.Option(
+        None, help="Fidelity: step, trajectory or auto (default: the scenario's, auto unless it sets one)."
+    ),
+    no_records: bool = typer.Option(False, "--no-records", help="Skip the per-trajectory Parquet files."),
+    executor: str = typer.Option("local", help="local (processes), serial, or ray."),
+    address: str | None = typer.Option(
+        None, help="Ray cluster address (with --executor ray; default: start a local Ray)."
+    ),
+    timeline: Path | None = typer.Option(
+        None,
+        help="Also write a Chrome trace (open in ui.perfetto.dev) of the "
+        "first cell to this file (default: none).",
+    ),
+    explain: bool = typer.Option(False, "--explain", help="Also print what every column of the table means."),
+    uncertainty: bool = typer.Option(
+        False,
+        "--uncertainty",
+        help="Also re-simulate over the profiles' bootstrap refits (common random numbers): "
+        "<metric>_lo/_hi (5th/95th percentile) beside the headline metrics.",
+    ),
+) -> None:
+    """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
+    from ..api import override
+    from ..executors import run_scenario
+    from ..report import print_table, write_results
+    from ..scenario import load_scenario
+
+    scn = load_scenario(scenario)
+    over = {k: v for k, v in {"seed": seed, "fidelity": fidelity}.items() if v is not None}
+    if over:
+        scn = override(scn, over)
+    out = out or Path("results") / scn.name
+    _out_folder(out)
+    from ..fidelity import unbacked
+
+    if unbacked(scn):
+        err.print(f"warning: {unbacked(scn)}", highlight=False, soft_wrap=True)
+    if timeline is not None:
+        from ..timeline import check
+
+        check(scn)
+    with atomic_folder(out) as tmp, _progress_bar() as bar:
+        task = bar.add_task("run", total=1.0)
+        result = run_scenario(
+            scn,
+            jobs=jobs,
+            keep_records=False,
+            records_dir=None if no_records else tmp / "trajectories",
+            progress=_ticker(bar, task),
+            executor=executor,
+            address=address,
+        )
+        if uncertainty:
+            from ..uncertainty import with_bands
+
+            bar.update(task, description="bands")
+            result = with_bands(scn, result, jobs, executor, None, address)
+        paths = write_results(result, tmp)
+    print_table(result)
+    if explain:
+        from ..report import print_explain
+
+        print_explain()
+    extra = "" if no_records else " and per-trajectory Parquet in trajectories/"
+    typer.echo(f"wrote {len(paths)} files{extra} to {out}/")
+    if timeline is not None:
+        from ..timeline import write_timeline
+
+        n = write_timeline(scn, timeline)
+        typer.echo(f"wrote a timeline of {n:,} events to {timeline} (open it in ui.perfetto.dev)")

@@ -1,0 +1,27 @@
+"""What every scenario section shares: a frozen model that refuses unknown fields and booleans
+for numbers, and a check that a distribution is non-negative."""
+
+from __future__ import annotations
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    model_validator,
+)
+
+from ..distributions import Dist, no_bools
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data):
+        return no_bools(data, cls.model_fields)
+
+
+def _non_negative(d: Dist, what: str) -> Dist:
+    if float(d.ppf(1e-9)) < 0:
+        raise ValueError(f"'{what}' must be a count of tokens >= 0, got a distribution below 0")
+    return d
