@@ -70,15 +70,15 @@ def run_suite_command(
     if record.exists() and not record.is_dir():
         raise InputError(f"--record {record}: is a file; expected the validation folder.")
     if engine:
-        from .suite_engine import ENGINE_LEVELS, ENGINE_WORKLOADS, EngineTarget, engine_notes
+        from ..calibration.suite_engine import ENGINE_LEVELS, ENGINE_WORKLOADS, EngineTarget, engine_notes
 
         chosen, lv = _pick(ENGINE_WORKLOADS, workloads, "--workloads"), ENGINE_LEVELS
         target = EngineTarget(engine, model, extra, record / "engine", seed)
         notes = engine_notes
     else:
+        from ..calibration.backends import get_backend
         from ..calibration.suite import DOCKER_LEVELS, DOCKER_WORKLOADS
-        from .backends import get_backend
-        from .suite_docker import DockerTarget, docker_notes
+        from ..calibration.suite_docker import DockerTarget, docker_notes
 
         chosen, lv = _pick(DOCKER_WORKLOADS, workloads, "--workloads"), DOCKER_LEVELS
         target = DockerTarget(get_backend("docker"), record / "docker", image, seed)
