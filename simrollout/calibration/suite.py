@@ -298,11 +298,8 @@ def drift_factors(near: list[dict], records: list[dict]) -> dict[str, float]:
 def simulated_points(scn: Scenario, measure: Callable, level: int, draws: int = DRAWS) -> dict[str, float]:
     """The cell's metrics at ``level``: the mean of ``measure`` over ``draws`` runs of ``scn``
     with other substrate draws (the point of :func:`simulate_band`, without its band)."""
-    from ..executors import run_many
-
-    runs = run_many([_renamed(scn, k) for k in range(draws)], "serial", keep_records=True)
-    table = pd.concat([measure(r) for r in runs], ignore_index=True)
-    return table[table.concurrency == level].drop(columns="concurrency").mean().to_dict()
+    table = _per_draw(scn, measure, draws)
+    return table[table.concurrency == level].drop(columns=["concurrency", "draw"]).mean().to_dict()
 
 
 def refit_cell(target, cell: Cell, plan: SuitePlan, schedule: list[dict]) -> CellResult:
@@ -338,6 +335,14 @@ def _renamed(scn: Scenario, k: int) -> Scenario:
     return scn.model_copy(update={"substrates": subs})
 
 
+def _per_draw(scn: Scenario, measure: Callable, draws: int) -> pd.DataFrame:
+    """``measure`` of ``draws`` runs of ``scn``, each with other substrate draws (``draw``: which)."""
+    from ..executors import run_many
+
+    runs = run_many([_renamed(scn, k) for k in range(draws)], "serial", keep_records=True)
+    return pd.concat([measure(r).assign(draw=k) for k, r in enumerate(runs)], ignore_index=True)
+
+
 def simulate_band(
     scn: Scenario, measure: Callable, draws: int = DRAWS
 ) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
@@ -348,10 +353,7 @@ def simulate_band(
     numbers, :func:`simrollout.uncertainty.run_with_bands`), or None when the profile has no
     refits; and where the band comes from. The point is the draws' mean; without refits the band
     is the draws' 5-95% range (one cell's sampling noise, not the fit's)."""
-    from ..executors import run_many
-
-    runs = run_many([_renamed(scn, k) for k in range(draws)], "serial", keep_records=True)
-    per_draw = pd.concat([measure(r).assign(draw=k) for k, r in enumerate(runs)], ignore_index=True)
+    per_draw = _per_draw(scn, measure, draws)
     bands = _bootstrap_bands(scn)
     if bands is None:
         return per_draw, None, f"substrate draws n={draws} (no refits)"
