@@ -8,7 +8,7 @@ from simrollout.calibration import suite_report
 from simrollout.calibration.backends import get_backend
 from simrollout.calibration.suite import Cell, SuitePlan, Workload, rows_table, run_suite
 from simrollout.calibration.suite_docker import DockerTarget, docker_notes
-from simrollout.calibration.suite_stats import verdict
+from simrollout.calibration.suite_stats import precision, verdict
 from simrollout.workload import draw_work
 
 CI = Workload("ci", 3, {"kind": "lognormal", "median": 0.05, "p99": 0.3}, min_trajectories=8)
@@ -39,7 +39,10 @@ def test_a_small_interleaved_suite_on_the_real_engine(docker_engine, tmp_path):
         assert (folder / "profile.yaml").is_file() and (folder / "probes.jsonl.gz").is_file()
     for r in rows.itertuples():
         assert r.repeats >= 3 and r.sim_lo <= r.sim_hi  # the refits' band (the point fit need not sit inside)
-        assert r.verdict == verdict(r.real_mean, r.real_half, r.simulated, r.target_pct)
+        # the verdict is read at the cell's precision: paired when 3 repeats have probe blocks on both sides
+        known = precision(r.real, r.paired or None)
+        assert r.precision_pct == pytest.approx(known, nan_ok=True)
+        assert r.verdict == verdict(r.real_mean, r.real_half, r.simulated, r.target_pct, known)
         if r.metric in ("makespan", "duration_p50") and r.real_half_pct <= 10:
             # resolved by the spread: the simulation lands within the loose CI bound of the VM
             assert abs(r.error_pct) <= max(35.0, 3 * r.real_half_pct), (r.level, r.metric, r.error_pct)
