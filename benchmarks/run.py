@@ -56,7 +56,7 @@ def median_of(repeat: int, fn):
 def headline(repeat: int) -> dict:
     out = tempfile.mkdtemp()
     cmd = [sys.executable, "-m", "simrollout.cli", "run", str(ROOT / "scenarios/1m_150step.yaml"), "-o", out]
-    wall, rss = median_of(repeat, lambda: measure(cmd))
+    wall, rss = median_of(repeat, lambda c=cmd: measure(c))
     return {"wall_s": round(wall, 1), "peak_rss_mb": round(rss)}
 
 
@@ -160,7 +160,7 @@ def matrix_markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def scaling(sizes: list[int]) -> list[dict]:
+def scaling(sizes: list[int], repeat: int = 1) -> list[dict]:
     rows = []
     for n in sizes:
         with tempfile.TemporaryDirectory() as d:
@@ -171,22 +171,50 @@ def scaling(sizes: list[int]) -> list[dict]:
             import yaml
 
             p.write_text(yaml.safe_dump(data))
-            wall, rss = measure(
-                [sys.executable, "-m", "simrollout.cli", "run", str(p), "--no-records", "-o", d]
-            )
+            cmd = [sys.executable, "-m", "simrollout.cli", "run", str(p), "--no-records", "-o", d]
+            wall, rss = median_of(repeat, lambda c=cmd: measure(c))
         rows.append({"trajectories": n, "wall_s": round(wall, 1), "peak_rss_mb": round(rss)})
+    return rows
+
+
+TARGETS = {"headline": 30.0, "10M one substrate": 120.0, "grpo_async 1,000 steps": 60.0}
+
+
+def targets(repeat: int) -> list[dict]:
+    """The three speed targets of docs/performance.md, each with its verdict."""
+    from benchmarks.training import one, scenario_file
+
+    walls = {"headline": headline(repeat)}
+    walls["10M one substrate"] = scaling([10_000_000], repeat)[0]
+    with tempfile.TemporaryDirectory() as d:
+        path = scenario_file(Path(d), 1000)
+        runs = [one(path, "auto", 2) for _ in range(repeat)]
+    walls["grpo_async 1,000 steps"] = {
+        "wall_s": round(statistics.median(r["wall_s"] for r in runs), 1),
+        "peak_rss_mb": round(statistics.median(r["peak_rss_mb"] for r in runs)),
+    }
+    rows = []
+    for name, limit in TARGETS.items():
+        w = walls[name]
+        met = w["wall_s"] <= limit and (name != "grpo_async 1,000 steps" or w["peak_rss_mb"] <= 2048)
+        rows.append({"target": name, "limit_s": limit, **w, "met": met})
     return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--targets", action="store_true", help="only the three speed targets, with verdicts")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--fidelity", action="store_true", help="only the fidelity matrix, as markdown")
     ap.add_argument("--trajectories", type=int, default=6_000, help="per matrix row")
     ap.add_argument("--steps", type=int, default=30, help="per trajectory, in the matrix")
     ap.add_argument("--only", default="", help="matrix rows whose name contains this (e.g. tokens)")
     args = ap.parse_args()
+    if args.targets:
+        for row in targets(args.repeat):
+            print(json.dumps(row), flush=True)
+        return
     if args.fidelity:
         print(matrix_markdown(fidelity_matrix(args.trajectories, args.steps, args.only)))
         return
