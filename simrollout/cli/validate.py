@@ -102,54 +102,11 @@ def validate(
         raise InputError("validate: give --profile (a profile calibrated from a probe of the same engine), "
                          "or run 'simrollout validate suite'.")  # fmt: skip
 
-    import pandas as pd
-
-    from ..calibration.backends import get_backend
-    from ..calibration.validate import (
-        HELD_OUT,
-        OPS_COLUMNS,
-        compare,
-        exec_by_load,
-        mini_rollout_scenario,
-        real_rollout,
-        speed_check,
+    trajectories, steps, levels = _sizes(trajectories, steps, concurrency, engine, iterations)
+    _check_inputs(
+        profile, tool_median, tool_p99, seed, repeat, engine, pin_slots, iterations, against, record
     )
-    from ..calibration.validate import record as keep
-
-    trajectories = trajectories if trajectories is not None else (16 if engine else 64)
-    steps = steps if steps is not None else (6 if engine else 20)
-    concurrency = concurrency or ("1,2,4,8" if iterations else "1,4,8" if engine else "1,8,32")
-    try:
-        levels = [int(c) for c in concurrency.split(",")]
-        assert all(0 < c <= 10_000 for c in levels) and 0 < trajectories <= 100_000 and 0 < steps <= 10_000
-    except (ValueError, AssertionError):
-        raise InputError(
-            f"validate: expected --concurrency as positive integers like 1,8,32 (got '{concurrency}'), "
-            f"--trajectories of 1 to 100,000 and --steps of 1 to 10,000, a real mini-rollout's size (got "
-            f"{trajectories} and {steps})."
-        ) from None
-    if not profile.is_file():
-        raise InputError(f"--profile {profile}: file not found; calibrate one with 'simrollout calibrate'.")
-    if not (0 < tool_median < tool_p99 <= 86_400):
-        raise InputError(
-            f"--tool-median and --tool-p99: expected seconds with 0 < median < p99 <= 86,400 (a day), got "
-            f"{tool_median} and {tool_p99}."
-        )
-    if seed < 0:
-        raise InputError(f"--seed: expected a seed >= 0, got {seed}.")
-    if repeat < 1:
-        raise InputError(f"--repeat: expected a positive count of real runs, got {repeat}.")
-    if (pin_slots or iterations) and not engine:
-        raise InputError("--pin-slots and --iterations apply to an engine validation: give --engine.")
-    if against is not None and (pin_slots or iterations):
-        raise InputError("--against re-simulates a recorded agent loop; it runs nothing, so it takes "
-                         "no --pin-slots or --iterations.")  # fmt: skip
     if against is not None:
-        if record is not None:
-            raise InputError(
-                "--against compares a recorded validation with --profile; it takes no --record "
-                "(the record it reads stays as it was)."
-            )
         return _against(against, profile, engine)
     tool = {"kind": "lognormal", "median": tool_median, "p99": tool_p99}
     if engine:
@@ -173,6 +130,74 @@ def validate(
             pin_slots,
             api_key_env,
         )
+    _validate_rollout(
+        profile, backend, trajectories, steps, levels, tool, held_out, image, seed, record, repeat
+    )
+
+
+def _sizes(trajectories, steps, concurrency, engine: bool, iterations: bool):
+    """The real run's size with its defaults (which depend on --engine and --iterations), checked:
+    trajectories, steps and the concurrency levels."""
+    trajectories = trajectories if trajectories is not None else (16 if engine else 64)
+    steps = steps if steps is not None else (6 if engine else 20)
+    concurrency = concurrency or ("1,2,4,8" if iterations else "1,4,8" if engine else "1,8,32")
+    try:
+        levels = [int(c) for c in concurrency.split(",")]
+        assert all(0 < c <= 10_000 for c in levels) and 0 < trajectories <= 100_000 and 0 < steps <= 10_000
+    except (ValueError, AssertionError):
+        raise InputError(
+            f"validate: expected --concurrency as positive integers like 1,8,32 (got '{concurrency}'), "
+            f"--trajectories of 1 to 100,000 and --steps of 1 to 10,000, a real mini-rollout's size (got "
+            f"{trajectories} and {steps})."
+        ) from None
+    return trajectories, steps, levels
+
+
+def _check_inputs(
+    profile, tool_median, tool_p99, seed, repeat, engine, pin_slots, iterations, against, record
+):
+    """The validation's other options, checked before anything runs."""
+    if not profile.is_file():
+        raise InputError(f"--profile {profile}: file not found; calibrate one with 'simrollout calibrate'.")
+    if not (0 < tool_median < tool_p99 <= 86_400):
+        raise InputError(
+            f"--tool-median and --tool-p99: expected seconds with 0 < median < p99 <= 86,400 (a day), got "
+            f"{tool_median} and {tool_p99}."
+        )
+    if seed < 0:
+        raise InputError(f"--seed: expected a seed >= 0, got {seed}.")
+    if repeat < 1:
+        raise InputError(f"--repeat: expected a positive count of real runs, got {repeat}.")
+    if (pin_slots or iterations) and not engine:
+        raise InputError("--pin-slots and --iterations apply to an engine validation: give --engine.")
+    if against is not None and (pin_slots or iterations):
+        raise InputError("--against re-simulates a recorded agent loop; it runs nothing, so it takes "
+                         "no --pin-slots or --iterations.")  # fmt: skip
+    if against is not None and record is not None:
+        raise InputError(
+            "--against compares a recorded validation with --profile; it takes no --record "
+            "(the record it reads stays as it was)."
+        )
+
+
+def _validate_rollout(
+    profile, backend, trajectories, steps, levels, tool, held_out, image, seed, record, repeat
+):
+    """``validate``: a real mini-rollout on ``backend`` against its simulation."""
+    import pandas as pd
+
+    from ..calibration.backends import get_backend
+    from ..calibration.validate import (
+        HELD_OUT,
+        OPS_COLUMNS,
+        compare,
+        exec_by_load,
+        mini_rollout_scenario,
+        real_rollout,
+        speed_check,
+    )
+    from ..calibration.validate import record as keep
+
     llm, rate = 0, None
     if held_out:
         levels, tool, llm, rate = (
