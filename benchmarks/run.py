@@ -130,11 +130,10 @@ def fidelity_matrix(trajectories: int, steps: int, only: str = "") -> list[dict]
     """Trajectory vs step fidelity on every row of simrollout.fidelity.matrix() (whose name
     contains ``only``), with the speedup and, for the trajectory run, what ``fidelity: auto``
     would choose at full size."""
-    from simrollout import fidelity_training
-    from simrollout.fidelity import compare
+    from simrollout.fidelity import compare, training_rows
 
     rows = []
-    every = matrix() + fidelity_training.rows()  # the training rows: their own size (30 steps)
+    every = matrix() + training_rows()  # the training rows: their own size (30 steps)
     for row in (r for r in every if only in r.name):
         c = compare(row, trajectories=trajectories, steps=steps)
         rows.append({**c.as_dict(), "step_wall_s": round(c.step_seconds, 2),

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from . import fidelity_training
-from .fidelity_training import add_training, training_route  # noqa: F401 (auto's route for a loop)
+from .fidelity_training import add_training
 from .scenario import Scenario, scenario_from_dict
+from .scenario.route import OUTSIDE, TOLERANCE, unbacked  # noqa: F401 (the matrix's verdicts)
 
 METRICS = (
     "worker_hours",
@@ -29,19 +30,6 @@ METRICS = (
     "cold_start_p99",
     "gpu_idle_fraction",
 )
-# tolerance in % of the step engine's value: uncontended, and with a saturated tier or host
-TOLERANCE = {
-    "light": {"worker_hours": 0.5, "makespan_hours": 1.0, "duration_p50": 1.0, "duration_p99": 2.0},
-    "loaded": {m: 3.0 for m in ("worker_hours", "makespan_hours", "duration_p50", "duration_p99")},
-    # serving engines from a pilot (simrollout.sim.serving_pilot): each trajectory's luck is a
-    # draw, not what that trajectory met in the step engine, and the pilot is a sample, so p50
-    # and p99 carry sampling noise (at 4,000 x 20: up to 3.5% and 6.8% across runs)
-    "serving": {"worker_hours": 0.5, "makespan_hours": 3.0, "duration_p50": 5.0, "duration_p99": 8.0},
-    # the training loop (simrollout.fidelity_training): steps per day, time to finish, step time,
-    # discarded and masked samples
-    "training": fidelity_training.TOLERANCE,
-}
-
 LOADS = {
     "none": {},
     "host": {"contention": {"create": 0.1, "exec": 0.1, "teardown": 0.1}},
@@ -209,6 +197,16 @@ def matrix() -> list[Row]:
     return rows
 
 
+def training_rows() -> list[Row]:
+    """The training rows (:mod:`simrollout.fidelity_training`): every mode without load and under
+    each load; the variants without load, on a loaded host and under both loads."""
+    out = [Row(m, ld, "train") for m in ("sync", "one_step_off", "async") for ld in LOADS]
+    loads = ("none", "host", "both")
+    out += [Row("sync", ld, x) for x in ("train_disagg", "train_over", "train_dynamic") for ld in loads]
+    out += [Row("async", ld, "train_whole") for ld in loads]
+    return out
+
+
 @dataclass
 class Comparison:
     row: Row
@@ -263,62 +261,3 @@ def compare(row: Row, trajectories: int = 1000, steps: int = 20, concurrency: in
 
 def compare_all(rows: list[Row] | None = None, **kw) -> pd.DataFrame:
     return pd.DataFrame([compare(r, **kw).as_dict() for r in rows or matrix()])
-
-
-# the rows the matrix measured outside tolerance at trajectory fidelity (docs/fidelity.md,
-# 6,000 x 30 per row): their bounded metrics off the step engine, in %
-OUTSIDE = {
-    "sync/tier": {"duration_p99": -3.54},
-    "sync/both/warm_pool": {"duration_p99": -3.15},
-    "sync/both/clients": {"duration_p99": -3.15},
-    "sync/both/shared": {"duration_p99": -3.15},
-}
-
-
-def _row_of(scn: Scenario) -> tuple[str, str, set[str]]:
-    """The matrix's policy, load and extras that describe ``scn``."""
-    pol, sub = scn.policy, scn.substrates
-    policy = "sync" if pol.mode == "sync" else "poisson" if scn.arrivals.kind == "poisson" else "async"
-    host = any(s.contention.factor(ph)(8.0) > 1.0 for s in sub for ph in ("create", "exec", "teardown"))
-    inf = scn.cluster.inference
-    tier = inf is not None and scn.workload.tokens is None and inf.slowdown > 0
-    load = "both" if host and tier else "host" if host else "tier" if tier else "none"
-    con = [s.contention for s in sub]
-    flags = {
-        "warm_pool": pol.warm_pool > 0,
-        "clients": any(c.scope == "client" for c in con),
-        "shared": any(c.shared for c in con),
-        "weights": any(c.weights for c in con),
-        "timeouts": pol.timeout is not None,
-        "failures": any(s.failures != type(s.failures)() for s in sub),
-        "reuse": pol.reuse,
-        "images": scn.workload.images is not None,
-        "tokens": scn.workload.tokens is not None,
-    }
-    extras = {x for x, on in flags.items() if on}
-    return policy, load, extras
-
-
-def unbacked(scn: Scenario) -> str | None:
-    """A warning when ``scn`` forces the trajectory engine where the matrix measured it outside
-    tolerance (the row that matches, and its error), else None."""
-    if scn.fidelity != "trajectory":
-        return None
-    if scn.training is not None:
-        return fidelity_training.unbacked_training(scn)
-    policy, load, extras = _row_of(scn)
-    rows = []
-    for name, misses in OUTSIDE.items():
-        p, ld, *x = name.split("/")
-        if p == policy and ld == load and (not x or x[0] in extras):
-            metric, diff = max(misses.items(), key=lambda kv: abs(kv[1]))
-            rows.append((abs(diff), name, metric, diff))
-    if not rows:
-        return None
-    _, name, metric, diff = max(rows)
-    tol = TOLERANCE["loaded"][metric]
-    return (
-        f"fidelity 'trajectory' is forced where the fidelity matrix measured it outside tolerance: row "
-        f"{name}, {metric} {diff:+.2f}% off the step engine (tolerance ±{tol:g}%, docs/fidelity.md); "
-        "'auto' runs the step engine here"
-    )

@@ -20,6 +20,7 @@ import pandas as pd
 
 from .metrics import aggregate, summarize
 from .scenario import Scenario
+from .scenario.route import unbacked
 from .sim.model import Cell
 from .sim.pilot_run import run_pilot
 from .sim.records import Records
@@ -51,8 +52,6 @@ class RunResult:
     @property
     def fidelity_warning(self) -> str | None:
         """Set when the scenario forces a fidelity the fidelity matrix does not back."""
-        from .fidelity import unbacked
-
         return unbacked(self.scenario)
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from simrollout import fidelity_training as ft
-from simrollout.fidelity import Row, build, compare, unbacked
-from simrollout.scenario import scenario_from_dict
+from simrollout.fidelity import Row, build, compare, training_rows, unbacked
+from simrollout.scenario import route, scenario_from_dict
 
 
 def _auto(row: Row) -> tuple[str, str]:
@@ -17,16 +16,16 @@ def _auto(row: Row) -> tuple[str, str]:
     return scenario_from_dict(d).fidelity_choice()
 
 
-@pytest.mark.parametrize("row", ft.rows(), ids=lambda r: r.name)
+@pytest.mark.parametrize("row", training_rows(), ids=lambda r: r.name)
 def test_training_row_holds_where_auto_uses_the_trajectory_engine(row: Row):
     fid, why = _auto(row)
     if fid == "step":  # routed: a loaded inference tier, said so
-        assert row.load in ft.TIER_LOADS and "loaded inference tier" in why
+        assert row.load in route.TIER_LOADS and "loaded inference tier" in why
         return
-    assert row.name not in ft.ROUTED
+    assert row.name not in route.ROUTED
     c = compare(row, steps=20)
     assert c.fidelity == "trajectory"
-    for metric, limit in ft.TOLERANCE.items():
+    for metric, limit in route.TRAINING_TOLERANCE.items():
         assert abs(c.diff(metric)) <= limit, f"{row.name}: {metric} {c.diff(metric):+.2f}% (limit {limit}%)"
     if row.extra in ("train_over", "train_dynamic", "train_whole") or row.policy == "async":
         assert c.step.discarded_samples > 0  # the row exercises the discards it bounds
@@ -34,8 +33,8 @@ def test_training_row_holds_where_auto_uses_the_trajectory_engine(row: Row):
 
 
 def test_routed_rows_are_rows_of_the_matrix_and_forcing_one_warns():
-    names = {r.name for r in ft.rows()}
-    assert set(ft.ROUTED) <= names
+    names = {r.name for r in training_rows()}
+    assert set(route.ROUTED) <= names
     d = build(Row("async", "both", "train"), 0, 20, 256)
     scn = scenario_from_dict({**d, "fidelity": "trajectory"})
     warning = unbacked(scn)

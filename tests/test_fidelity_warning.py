@@ -24,7 +24,7 @@ def test_the_rows_outside_tolerance_are_the_matrix_measured_in_docs():
     marked = {}
     for line in doc.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        training = "/train" in cells[0]  # the training rows: checked against fidelity_training.ROUTED
+        training = "/train" in cells[0]  # the training rows: checked against simrollout.scenario.route.ROUTED
         if (
             line.startswith("| ")
             and len(cells) == len(cols)

@@ -16,6 +16,7 @@ from pydantic import (
 
 from .base import _Model
 from .cluster import Arrivals, Cluster, Policy
+from .route import training_route
 from .substrate import (
     Substrate,
 )
@@ -161,8 +162,6 @@ class Scenario(_Model):
             return self.fidelity, "set in the scenario"
         steps = self.trajectories * self.workload.steps.mean()
         if self.training is not None:
-            from ..fidelity import training_route
-
             return training_route(self, steps)
         if steps <= 2e5:
             return "step", f"auto: {steps:,.0f} steps, small enough to simulate every step"
