@@ -26,7 +26,8 @@ import pandas as pd
 
 from .runner import RunResult
 from .scenario import Scenario, Substrate, load_profile
-from .scenario.files import _merge, _resolve
+from .scenario.base import merge
+from .scenario.files import _resolve
 from .sweeps import base_dict, set_path
 
 BANDED = ("worker_hours", "makespan_hours", "duration_p50", "duration_p99", "completed_duration_p50",
@@ -82,7 +83,7 @@ def refits_of(scn: Scenario) -> list[tuple[str, list[dict] | None]]:
             continue
         merged = sub.model_dump(mode="json", by_alias=True, exclude_none=True)
         own = _diff(merged, _dump(prof.substrate, sub.name))
-        out.append((f"bootstrap B={len(subs)}", [_merge(_dump(s, sub.name), own) for s in subs]))
+        out.append((f"bootstrap B={len(subs)}", [merge(_dump(s, sub.name), own) for s in subs]))
     return out
 
 

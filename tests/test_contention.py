@@ -118,7 +118,7 @@ def test_a_weighted_profile_counts_other_phases_at_their_weight():
 
 
 def test_calibrate_recovers_operation_weights_and_keeps_none_where_all_count_one():
-    from simrollout.calibration.fit import calibrate
+    from simrollout.calibration.calibrate import calibrate
     from simrollout.calibration.synthetic import simulate_probe
     from simrollout.scenario import Substrate
 
@@ -203,7 +203,7 @@ def test_shared_and_at_start_agree_when_operations_never_overlap():
 
 
 def test_calibrate_reads_shared_phases_over_each_operations_life():
-    from simrollout.calibration.fit import in_flight
+    from simrollout.calibration.load_curves import in_flight
 
     # two creates: one 0-2 s, one 1-2 s; an exec 0-1 s. At its start the first saw itself and
     # the exec (2); over its life: itself 2 s, the exec 1 s, the second create 1 s -> 4 / 2 = 2.

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from simrollout import uncertainty
-from simrollout.calibration.fit import calibrate, write_profile
+from simrollout.calibration.calibrate import calibrate, write_profile
 from simrollout.calibration.synthetic import simulate_probe
 from simrollout.executors import run_scenario
 from simrollout.scenario import Substrate, load_scenario, scenario_from_dict

@@ -91,7 +91,7 @@ def sim_metrics(scn: Scenario, level: int, draws: int) -> dict[str, dict]:
 def fit_profile(records: list[dict], name: str, bootstrap: int, seed: int) -> dict:
     """The profile calibrated from ``records`` (with ``bootstrap`` refits where the fit makes
     them); the fit's warnings are kept in ``profile["warnings"]``."""
-    from .fit import calibrate
+    from .calibrate import calibrate
 
     kw = (
         {"bootstrap": bootstrap, "seed": seed}
@@ -120,7 +120,7 @@ def create_by_load(ops: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
     band of that count (:data:`validate.LOAD_BINS`), the median create latency of each (``ratio``:
     real over probe). The model reads a create's slowdown from the probe's creates; a ratio far
     from 1 says the rollout's creates are not the probe's at that count."""
-    from .fit import in_flight
+    from .load_curves import in_flight
 
     real = ops[ops.phase == "create"]
     recs = real.assign(run_id=real.run).to_dict("records")
@@ -159,7 +159,7 @@ def fitted_cell(records: list[dict], cell: Cell, plan: SuitePlan, folder: Path, 
     """The cell's simulated metrics (:func:`sim_metrics`) on the profile fitted from ``records``
     (written to ``folder/profile.yaml``), and that profile (its fit's warnings under
     ``warnings``)."""
-    from .fit import write_profile
+    from .calibrate import write_profile
 
     folder.mkdir(parents=True, exist_ok=True)
     profile = fit_profile(records, f"suite-{cell.label}", plan.bootstrap, plan.seed)

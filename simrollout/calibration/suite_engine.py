@@ -163,7 +163,7 @@ class EngineTarget:
         return engine_real_metrics(run)
 
     def _placeholder(self, cell: Cell):
-        from .fit import write_profile
+        from .calibrate import write_profile
 
         path = self.folder / "placeholder-engine.yaml"
         if not path.exists():
@@ -183,8 +183,8 @@ class EngineTarget:
         return self._scenario(cell, path)
 
     def simulate(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, dict]:
+        from .calibrate import write_profile
         from .engine_fit import engine_profile
-        from .fit import write_profile
 
         d = self._dir(cell)
         profile = engine_profile(records, f"suite-{cell.label}")
@@ -210,8 +210,8 @@ class EngineTarget:
         the engine is deterministic, the tool waits are the real's)."""
         import tempfile
 
+        from .calibrate import write_profile
         from .engine_fit import engine_profile
-        from .fit import write_profile
 
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "profile.yaml"

@@ -24,7 +24,10 @@ CODE = (
     "simrollout/distributions.py",
     "simrollout/workload.py",
     "simrollout/uncertainty.py",
+    "simrollout/calibration/families.py",
+    "simrollout/calibration/load_curves.py",
     "simrollout/calibration/fit.py",
+    "simrollout/calibration/calibrate.py",
     "simrollout/calibration/engine_fit.py",
 )
 HISTORY_COLUMNS = ["date", "target", "record", "workload", "levels", "key_errors", "verdict"]

@@ -212,8 +212,8 @@ def loads_at_start(ops: pd.DataFrame, sub: Substrate) -> pd.DataFrame:
     """The real execs (``ops`` rows, :data:`OPS_COLUMNS`) with ``overhead`` (latency less the
     command) and ``load``: operations in flight at the exec's start as the model counts them
     (creates, teardowns and execs' overheads of the same run and level, itself included; weighed
-    when the profile weighs operations), by the probe's own count (:func:`fit.in_flight`)."""
-    from .fit import in_flight
+    when the profile weighs operations), by the probe's own count (:func:`.load_curves.in_flight`)."""
+    from .load_curves import in_flight
 
     rows = sub.contention.weight_rows()
     w = dict(zip(("create", "exec", "teardown"), rows["exec"] if rows else (1.0, 1.0, 1.0)))

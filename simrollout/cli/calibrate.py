@@ -59,9 +59,9 @@ def calibrate(
     ``probe openai`` records, an engine profile)."""
     import warnings
 
-    from ..calibration.fit import calibrate as fit
-    from ..calibration.fit import from_quantiles as build
-    from ..calibration.fit import plot_fits, write_profile
+    from ..calibration.calibrate import calibrate as fit
+    from ..calibration.calibrate import from_quantiles as build
+    from ..calibration.calibrate import plot_fits, write_profile
     from ..calibration.probe import read_records
     from ..errors import load_yaml, naming
 
@@ -157,8 +157,8 @@ def _say_uncertainty(unc: dict | None) -> None:
 
 
 def _calibrate_engine(records, name, out, kv_capacity, max_running) -> None:
+    from ..calibration.calibrate import write_profile
     from ..calibration.engine_fit import engine_profile
-    from ..calibration.fit import write_profile
 
     for opt, v in (("--kv-capacity", kv_capacity), ("--max-running", max_running)):
         if v is not None and v < 1:

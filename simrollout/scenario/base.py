@@ -3,6 +3,8 @@ for numbers, and a check that a distribution is non-negative."""
 
 from __future__ import annotations
 
+import copy
+
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -25,3 +27,20 @@ def _non_negative(d: Dist, what: str) -> Dist:
     if float(d.ppf(1e-9)) < 0:
         raise ValueError(f"'{what}' must be a count of tokens >= 0, got a distribution below 0")
     return d
+
+
+def merge(base: dict, over: dict) -> dict:
+    """``over`` laid on a copy of ``base``, recursing into field groups."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        # recurse into field groups (string keys), not into distributions or measured curves
+        if (
+            isinstance(v, dict)
+            and isinstance(out.get(k), dict)
+            and "kind" not in v
+            and all(isinstance(x, str) for x in v)
+        ):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out

@@ -13,7 +13,7 @@ from pydantic import (
 )
 
 from ..errors import InputError, explain, load_yaml
-from .base import _Model
+from .base import _Model, merge
 from .cluster import Engine
 from .model import Scenario
 from .substrate import (
@@ -87,22 +87,6 @@ def load_engine_profile(path: Path) -> EngineProfileFile:
     return _load(path, EngineProfileFile)
 
 
-def _merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        # recurse into field groups (string keys), not into distributions or measured curves
-        if (
-            isinstance(v, dict)
-            and isinstance(out.get(k), dict)
-            and "kind" not in v
-            and all(isinstance(x, str) for x in v)
-        ):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
 def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scenario:
     """Validate a scenario mapping; substrate ``profile`` paths resolve relative to ``path``."""
     path = Path(path)
@@ -114,17 +98,17 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
     data = copy.deepcopy(data)
     wl = data.get("workload")
     if isinstance(wl, dict) and ("import" in wl or ("replay" in wl and not isinstance(wl["replay"], dict))):
-        from ..traces.scenario_io import expand_workload
+        from .workload_files import expand_workload
 
         data["workload"] = expand_workload(data["workload"], path, data.get("training") is not None)
     for i, sub in enumerate(data.get("substrates") or []):
         if isinstance(sub, dict) and isinstance(sub.get("profile"), str):
             prof = load_profile(_resolve(sub["profile"], path, where=f"substrates.{i}.profile"))
-            data["substrates"][i] = {"name": prof.name, **_merge(prof.substrate, sub)}
+            data["substrates"][i] = {"name": prof.name, **merge(prof.substrate, sub)}
     inf = (data.get("cluster") or {}).get("inference") if isinstance(data.get("cluster"), dict) else None
     if isinstance(inf, dict) and isinstance(inf.get("profile"), str):
         prof = load_engine_profile(_resolve(inf["profile"], path, "engine", "cluster.inference.profile"))
-        inf["engine"] = _merge(prof.engine, inf.get("engine") or {})
+        inf["engine"] = merge(prof.engine, inf.get("engine") or {})
     try:
         scn = Scenario.model_validate(data)
     except ValidationError as exc:

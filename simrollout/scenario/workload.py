@@ -82,7 +82,7 @@ class Workload(_Model):
     setup: Dist | None = None
     reward: Dist | None = None
     images: Images | None = None
-    replay: Replay | None = None  # set by ``workload: {replay: ...}`` (simrollout.traces.scenario_io)
+    replay: Replay | None = None  # set by ``workload: {replay: ...}`` (simrollout.scenario.workload_files)
 
     @model_validator(mode="after")
     def _one_llm_model(self):

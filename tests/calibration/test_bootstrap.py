@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from simrollout.calibration.bootstrap import resample, sandbox_blocks
-from simrollout.calibration.fit import calibrate
+from simrollout.calibration.calibrate import calibrate
 from simrollout.calibration.synthetic import simulate_probe
 from simrollout.errors import InputError
 from simrollout.scenario import Substrate

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from simrollout.calibration.backends import get_backend
+from simrollout.calibration.calibrate import calibrate
 from simrollout.calibration.drift import NOT_MEASURED, TARGETS, reference_drift, split_reference
-from simrollout.calibration.fit import calibrate
 from simrollout.calibration.probe import ProbePlan, probe, read_records
 from simrollout.calibration.synthetic import simulate_probe
 from simrollout.scenario import Substrate

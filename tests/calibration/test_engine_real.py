@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
+from simrollout.calibration.calibrate import write_profile
 from simrollout.calibration.engine_fit import engine_profile
 from simrollout.calibration.engine_probe import EnginePlan, Server, probe_engine
-from simrollout.calibration.fit import write_profile
 from simrollout.calibration.probe import read_records
 from tests.conftest import ROOT, cli
 

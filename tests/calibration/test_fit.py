@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import yaml
 
-from simrollout.calibration.fit import calibrate, fit_phase, from_quantiles
+from simrollout.calibration.calibrate import calibrate, from_quantiles
+from simrollout.calibration.families import fit_phase
 from simrollout.calibration.probe import read_records
 from simrollout.errors import InputError
 from simrollout.scenario import load_profile
@@ -222,7 +223,7 @@ def test_calibrate_says_when_a_curve_is_under_sampled_and_what_to_probe(tmp_path
 
 
 def test_a_level_left_unfilled_is_advice_unless_the_probe_paced_its_commands():
-    from simrollout.calibration.fit import coverage
+    from simrollout.calibration.load_curves import coverage
 
     # levels 3..48 with 40% of the level in flight on average
     per_level = {c: {"n": 40, "failures": 0, "in_flight": max(1.0, 0.4 * c)} for c in (1, 3, 6, 12, 24, 48)}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from simrollout.calibration.backends import BackendUnavailable, get_backend
-from simrollout.calibration.fit import calibrate
+from simrollout.calibration.calibrate import calibrate
 from simrollout.calibration.probe import ProbePlan, probe, read_records
 from simrollout.errors import InputError
 

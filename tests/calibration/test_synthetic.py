@@ -5,7 +5,7 @@ arrivals, an LLM wait and a tool mix, at levels between the probe's) within the 
 import pytest
 import yaml
 
-from simrollout.calibration.fit import calibrate
+from simrollout.calibration.calibrate import calibrate
 from simrollout.calibration.synthetic import simulate_probe
 from simrollout.executors import run_scenario
 from simrollout.scenario import Substrate, scenario_from_dict

@@ -9,7 +9,7 @@ import pytest
 
 from simrollout.calibration import tool_speed
 from simrollout.calibration.backends import get_backend
-from simrollout.calibration.fit import calibrate
+from simrollout.calibration.calibrate import calibrate
 from simrollout.calibration.probe import ProbePlan, probe, read_records
 
 

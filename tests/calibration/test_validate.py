@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from simrollout.calibration.backends import get_backend
-from simrollout.calibration.fit import calibrate, write_profile
+from simrollout.calibration.calibrate import calibrate, write_profile
 from simrollout.calibration.probe import ProbePlan, probe, read_records
 from simrollout.calibration.validate import compare, mini_rollout_scenario, real_rollout, speed_check
 

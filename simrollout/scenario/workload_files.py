@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, load_yaml
+from .base import merge
 
 REPLAY_KEYS = ("format", "resample", "llm", "overlap", "on_bad", "tool_map")
 TRACE_FIXED = ("steps", "calls_per_step", "tools", "tokens")  # what a replay takes from the trace
@@ -39,8 +40,6 @@ def expand_workload(wl: dict, scenario: Path, training: bool = False) -> dict:
 
 
 def _import(wl: dict, scenario: Path) -> dict:
-    from ..scenario.files import _merge
-
     path = _find(wl["import"], scenario, "import")
     data, _ = load_yaml(path)
     if not isinstance(data, dict) or not isinstance(data.get("workload"), dict):
@@ -63,14 +62,14 @@ def _import(wl: dict, scenario: Path) -> dict:
     if "llm_time" in over or "tokens" in over:  # one LLM model: the override replaces the imported one
         base.pop("llm_time", None)
         base.pop("tokens", None)
-    return _merge(base, over)
+    return merge(base, over)
 
 
 def _replay(wl: dict, scenario: Path, training: bool) -> dict:
     from ..distributions import Discrete, Empirical, dump_dist
-    from ..scenario import Replay
-    from .fit import fit_values
-    from .replay import load
+    from ..traces.fit import fit_values
+    from ..traces.replay import load
+    from .workload import Replay
 
     fixed = [k for k in TRACE_FIXED if k in wl]
     if fixed:

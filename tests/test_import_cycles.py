@@ -1,0 +1,130 @@
+"""The package's import graph has no cycle: a module never imports, at the top or inside a
+function, a module that leads back to it (imports under ``if TYPE_CHECKING:`` do not count)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = "simrollout"
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    out = {}
+    for p in sorted((root / PKG).rglob("*.py")):
+        parts = list(p.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+def _targets(mod: str, path: Path, node: ast.Import | ast.ImportFrom, mods: dict) -> list[str]:
+    """The package modules ``node`` (in ``mod``) imports."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        prefix = node.module or ""
+        if node.level:
+            base = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+            base = base[: len(base) - node.level + 1]
+            prefix = ".".join(base + ([node.module] if node.module else []))
+        names = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in mods else prefix for a in node.names]
+    out = []
+    for n in names:
+        while n and n not in mods:
+            n = n.rpartition(".")[0]
+        if n.startswith(PKG + ".") and n != mod and not mod.startswith(n + "."):
+            out.append(n)  # a package's own __init__ above ``mod`` runs first anyway: not an edge
+    return out
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    mods = _modules(root)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+            for stmt in block.body
+            for n in ast.walk(stmt)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in typing_only:
+                graph[mod].update(_targets(mod, path, node, mods))
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_package_has_no_import_cycle():
+    graph = import_graph()
+    assert len(graph) > 100 and sum(map(len, graph.values())) > 300  # the graph was read
+    found = cycles(graph)
+    detail = [[f"{a} -> {b}" for a in c for b in sorted(graph[a] & set(c))] for c in found]
+    assert not found, f"import cycles: {detail}"
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path):
+    pkg = tmp_path / PKG
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from .a import x\n")
+    (pkg / "sub" / "a.py").write_text("from ..b import y\nx = 1\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .c import z\n"
+        "def y():\n    from .sub.a import x\n    return x\n"
+    )
+    (pkg / "c.py").write_text("from .b import y\nz = 2\n")
+    graph = import_graph(tmp_path)
+    assert graph[f"{PKG}.b"] == {f"{PKG}.sub.a"}  # the TYPE_CHECKING import is not an edge
+    assert cycles(graph) == [[f"{PKG}.b", f"{PKG}.sub.a"]]
+    (pkg / "b.py").write_text("def y():\n    return 1\n")
+    assert cycles(import_graph(tmp_path)) == []
+
+
+@pytest.mark.parametrize("lower", ["simrollout.scenario", "simrollout.distributions", "simrollout.traces"])
+def test_the_lower_layers_never_import_the_simulator(lower: str):
+    """The scenario, the distributions and the trace readers sit below the simulator and its runner."""
+    graph = import_graph()
+    upper = ("simrollout.sim", "simrollout.runner", "simrollout.executors", "simrollout.fidelity")
+    mine = [m for m in graph if m == lower or m.startswith(lower + ".")]
+    assert mine
+    for m in mine:
+        bad = sorted(t for t in graph[m] if t.startswith(upper))
+        assert not bad, f"{m} imports {bad}"
