@@ -3,6 +3,7 @@ the README's layout names every module of the package, each where it lives, and 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -109,3 +110,40 @@ def test_the_layout_names_every_shipped_scenario():
     block = "\n".join(layout_block())
     shipped = {p.name for p in (ROOT / "scenarios").glob("*.yaml")}
     assert shipped and shipped <= set(re.findall(r"\b[\w]+\.yaml\b", block))
+
+
+IMPORT = re.compile(r"^[ \t]*(from simrollout[\w.]* import [^\n(\\]+|import simrollout[\w.]*)", re.M)
+
+
+def import_lines(path: Path) -> list[str]:
+    """The one-line simrollout imports a notebook's code cells or a document's text show a user."""
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text())["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    else:
+        text = path.read_text()
+    return [m.strip() for m in IMPORT.findall(text)]
+
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_import_a_notebook_or_document_shows_resolves(path: Path):
+    bad = []
+    for line in import_lines(path):
+        try:
+            exec(line, {})
+        except ImportError as e:
+            bad.append(f"{line}: {e}")
+    assert not bad, f"{path.relative_to(ROOT)}: " + "; ".join(bad)
+
+
+def test_the_import_checker_finds_imports_in_code_cells(tmp_path):
+    nb = tmp_path / "x.ipynb"
+    cell = {"cell_type": "code", "source": ["import os\n", "from simrollout.nowhere import x\n"]}
+    nb.write_text(
+        json.dumps({"cells": [cell, {"cell_type": "markdown", "source": ["import simrollout.md"]}]})
+    )
+    assert import_lines(nb) == ["from simrollout.nowhere import x"]
+    assert NOTEBOOKS, "the shipped notebooks are found"

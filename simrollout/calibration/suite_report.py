@@ -21,7 +21,7 @@ CODE = (
     "simrollout/sim",
     "simrollout/scenario",
     "simrollout/contention.py",
-    "simrollout/distributions.py",
+    "simrollout/distributions",
     "simrollout/workload.py",
     "simrollout/uncertainty.py",
     "simrollout/calibration/families.py",
