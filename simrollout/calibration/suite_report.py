@@ -23,6 +23,7 @@ CODE = (
     "simrollout/contention.py",
     "simrollout/distributions",
     "simrollout/workload.py",
+    "simrollout/substrate_draws.py",
     "simrollout/uncertainty.py",
     "simrollout/calibration/families.py",
     "simrollout/calibration/load_curves.py",

@@ -102,7 +102,8 @@ def arrivals(scn: Scenario) -> np.ndarray:
     n = scn.trajectories
     if scn.arrivals.kind != "poisson":
         return np.zeros(n)
-    from ..workload import CHUNK, arrival_gaps
+    from ..substrate_draws import arrival_gaps
+    from ..workload import CHUNK
 
     gaps = [arrival_gaps(scn, 0, c, min(CHUNK, n - c * CHUNK)) for c in range(-(-n // CHUNK))]
     return np.cumsum(np.concatenate(gaps))

@@ -9,7 +9,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ..rng import stream
-from ..workload import CHUNK, ChunkDetail, SubstrateDraws, arrival_gaps, chunk_detail, draw_substrate
+from ..substrate_draws import ChunkDetail, SubstrateDraws, arrival_gaps, chunk_detail, draw_substrate
+from ..workload import CHUNK
 from .records import INPUTS as _IN
 from .records import STATUS, Records
 from .serving_pilot import phases

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..rng import stream
-from ..workload import CHUNK, first_failure
+from ..substrate_draws import first_failure
+from ..workload import CHUNK
 from .records import CANCELLED, FAILED, LOST, OK
 
 

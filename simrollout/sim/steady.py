@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..rng import stream
-from ..workload import CHUNK, fails_within
+from ..substrate_draws import fails_within
+from ..workload import CHUNK
 from .records import INPUTS, OK
 
 if TYPE_CHECKING:

@@ -91,7 +91,7 @@ def test_the_table_and_summary_say_how_many_waited_at_once(tmp_path):
 def test_fails_within_agrees_with_first_failure_call_by_call():
     import numpy as np
 
-    from simrollout.workload import fails_within, first_failure
+    from simrollout.substrate_draws import fails_within, first_failure
 
     rng = np.random.default_rng(0)
     u, calls = rng.random(2000), rng.integers(0, 200, 2000)

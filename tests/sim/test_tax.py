@@ -9,7 +9,8 @@ from simrollout.fidelity import Row, build
 from simrollout.metrics import TAX
 from simrollout.scenario import scenario_from_dict
 from simrollout.sim.records import FAILED, OK
-from simrollout.workload import CHUNK, draw_substrate, draw_work
+from simrollout.substrate_draws import draw_substrate
+from simrollout.workload import CHUNK, draw_work
 
 WORKER_PHASES = ["tax_cold_start_s", "tax_exec_overhead_s", "tax_teardown_s", "tax_retry_s", "tax_tool_s"]
 ROWS = [
