@@ -78,6 +78,7 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     # ... and TTFT the overhead and base plus the prompt's prefill: a cost per token and one per
     # pair of tokens in its causal attention (P^2 / 2), from the medians per prompt length
     first, per_prefill, per_attention = _prefill(ones, lone)
+    per_cached = _cached_attention(ok, first, per_prefill, per_attention)
     slots = next((r.get("slots") for r in ok if r.get("slots")), None)
     slot_ctx = next((r.get("slot_context") for r in ok if r.get("slot_context")), None)
     kv = kv_capacity or (slots * slot_ctx if slots and slot_ctx else None)
@@ -94,6 +95,8 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
         base = max(lone - per_decode, 1e-6)
         it = {"base": base, "per_prefill_token": per_prefill, "per_prefill_attention": per_attention,
               "per_decode": per_decode, "per_context_token": per_context}  # fmt: skip
+        if per_cached is not None:
+            it["per_cached_attention"] = per_cached
         return {
             "iteration": it,
             "kv_capacity_tokens": int(kv),
@@ -177,6 +180,36 @@ def _prefill(ones: list[dict], lone: float) -> tuple[float, float, float]:
         first = lone
         (per_token, per_pair), _ = optimize.nnls(np.column_stack([p, p * p / 2]), med - lone)
     return float(first), float(per_token), float(per_pair)
+
+
+MIN_CACHED = 64  # a resumed request: at least this many prompt tokens served from the cache
+
+
+def _resumed(records: list[dict]) -> list[dict]:
+    """Requests at concurrency 1 (alone on the server) that resumed after a cached prefix: the
+    decode runs on a held prompt and the second of each shared-prefix pair."""
+    return [
+        r
+        for r in records
+        if r["concurrency"] == 1
+        and (r.get("cached_tokens") or 0) >= MIN_CACHED
+        and r["prompt_tokens"] > r["cached_tokens"]
+    ]
+
+
+def _cached_attention(ok: list[dict], first: float, per_prefill: float, per_attention: float) -> float | None:
+    """Seconds per pair of a new prompt token and a cached token it attends to: what a resumed
+    request's first token takes beyond a fresh prompt of its new tokens, over its new x cached
+    pairs (the median over the resumed requests; None without any)."""
+    res = _resumed(ok)
+    if not res:
+        return None
+    per = []
+    for r in res:
+        new, cached = r["prompt_tokens"] - r["cached_tokens"], r["cached_tokens"]
+        fresh = first + per_prefill * new + per_attention * new * new / 2
+        per.append((r["ttft"] - fresh) / (new * cached))
+    return max(float(np.median(per)), 0.0)
 
 
 def _line(x, y) -> tuple[float, float]:
@@ -263,6 +296,18 @@ def goodness(ok: list[dict], model: Engine) -> dict:
             "tpot_best": round(r["tpot"], 6),  # the least disturbed round, as the fit reads them
             "tpot_predicted": round(pred, 6),
             "tpot_rel_error": round(pred / r["tpot"] - 1, 4),
+        }
+    resumed = _resumed(ok)
+    if resumed:  # resumed alone: the first token after a cached prefix, against one iteration
+        it = model.iteration
+        pairs = [(r["prompt_tokens"] - r["cached_tokens"], r["cached_tokens"]) for r in resumed]
+        pred = [model.overhead + it(n, 0, 0, n * (c + n / 2), n * c) for n, c in pairs]
+        real = float(np.median([r["ttft"] for r in resumed]))
+        out["resumed_c1"] = {
+            "n": len(resumed),
+            "ttft_median": round(real, 6),
+            "ttft_predicted": round(float(np.median(pred)), 6),
+            "ttft_rel_error": round(float(np.median(pred)) / real - 1, 4),
         }
     shared = [r for r in ok if r["mode"] == "shared_prefix"]
     if shared:  # pairs: the second of each found the prefix cached (if the server caches)

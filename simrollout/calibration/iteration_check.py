@@ -131,7 +131,9 @@ def resume_round(server: Server, prompt: str, new: int, extra: dict, rng) -> dic
 def _mixed_cost(it, r: dict) -> float:
     """The profile's iteration for a measured batch: a prefill's new tokens after their cached
     prefix, beside the decodes (if any) and their contexts."""
-    return it(r["new"], r["decodes"], r["context"], r["new"] * (r["prefix"] + r["new"] / 2))
+    return it(
+        r["new"], r["decodes"], r["context"], r["new"] * (r["prefix"] + r["new"] / 2), r["new"] * r["prefix"]
+    )
 
 
 def _row(kind: str, d: int, rounds: list[dict], predict) -> dict | None:
@@ -195,7 +197,13 @@ def _check(server: Server, engine: Engine, plan: IterationPlan, extra: dict) -> 
         for new in plan.new:
             if new + d > engine.max_batch_tokens:
                 continue  # the prefill would span iterations
-            longest = it(new, d - 1, (d - 1) * plan.mixed_context, new * (plan.mixed_context + new / 2))
+            longest = it(
+                new,
+                d - 1,
+                (d - 1) * plan.mixed_context,
+                new * (plan.mixed_context + new / 2),
+                new * plan.mixed_context,
+            )
             output = 24 + math.ceil(3 * longest / lone)  # the decodes outlast the prefill
             rounds, extras = [], _slots(extra, d, plan.pin_slots)
             for _ in range(plan.rounds):

@@ -19,26 +19,45 @@ from .base import _Model
 
 class IterationTime(_Model):
     """Seconds per engine iteration, linear in the batch's work (a Vidur-style predictor):
-    ``base + per_prefill_token x P + per_prefill_attention x A + per_decode x D +
-    per_context_token x C`` for P prefill tokens, A pairs of a prefill token and a token it
-    attends to (a chunk of ``t`` tokens after ``k`` of its request's context: ``t x (k + t/2)``,
-    as Vidur's prefill attention grows with the chunk's square), D decoding requests and C
-    tokens of context those decodes attend to."""
+    ``base + per_prefill_token x P + per_prefill_attention x A + per_cached_attention x K +
+    per_decode x D + per_context_token x C`` for P prefill tokens, A pairs of a prefill token and
+    a token of its request's new context it attends to (a chunk of ``t`` tokens after ``k`` new
+    ones: ``t x (k + t/2)``, as Vidur's prefill attention grows with the chunk's square), K pairs
+    of a prefill token and a token of the cached prefix it resumes after (``t x cached``), D
+    decoding requests and C tokens of context those decodes attend to. ``per_cached_attention``
+    unset: a cached pair costs what a new one does. On a GPU the two are one kernel; on a CPU
+    engine (llama.cpp) a short chunk after a long cached prefix runs far slower per pair than a
+    whole prompt does, and the probe's resumed requests read it."""
 
     base: PositiveFloat
     per_prefill_token: NonNegativeFloat
     per_prefill_attention: NonNegativeFloat = 0.0
+    per_cached_attention: NonNegativeFloat | None = None
     per_decode: NonNegativeFloat = 0.0
     per_context_token: NonNegativeFloat = 0.0
 
-    def __call__(self, prefill: float, decodes: float, context: float, attention: float = 0.0) -> float:
-        return (self.base + self.per_prefill_token * prefill + self.per_prefill_attention * attention
+    def __call__(
+        self, prefill: float, decodes: float, context: float, attention: float = 0.0, cached: float = 0.0
+    ) -> float:
+        """One iteration; ``attention`` counts every pair of the prefill, ``cached`` those of them
+        with a cached prefix's tokens."""
+        return (self.base + self.per_prefill_token * prefill + self._attention(attention, cached)
                 + self.per_decode * decodes + self.per_context_token * context)  # fmt: skip
 
+    def _attention(self, pairs, cached):
+        if self.per_cached_attention is None:
+            return self.per_prefill_attention * pairs
+        return self.per_prefill_attention * (pairs - cached) + self.per_cached_attention * cached
+
     def prefill_seconds(self, tokens, prefix=0):
-        """The prefill part of iterations over ``tokens`` tokens after ``prefix`` of context (in
-        any chunks: the causal pairs add up to ``tokens x (prefix + tokens / 2)``)."""
-        return self.per_prefill_token * tokens + self.per_prefill_attention * tokens * (prefix + tokens / 2)
+        """The prefill part of iterations over ``tokens`` tokens after a cached ``prefix`` (in any
+        chunks: the causal pairs add up to ``tokens x (prefix + tokens / 2)``)."""
+        if self.per_cached_attention is None:
+            return self.per_prefill_token * tokens + self.per_prefill_attention * tokens * (
+                prefix + tokens / 2
+            )
+        return (self.per_prefill_token * tokens + self.per_prefill_attention * tokens * tokens / 2
+                + self.per_cached_attention * tokens * prefix)  # fmt: skip
 
 
 class Engine(_Model):

@@ -192,7 +192,7 @@ class ServingEngine:
             prefills = [r for r in self.running if r.prefill_left > 0]
             d, ctx = len(decodes), sum(r.ctx for r in decodes)
             if prefills:  # one iteration with a chunk of prefill
-                budget, alloc, pairs = max(self.spec.max_batch_tokens - d, 0), [], 0.0
+                budget, alloc, pairs, cached = max(self.spec.max_batch_tokens - d, 0), [], 0.0, 0.0
                 for r in prefills:
                     take = min(r.prefill_left, budget)
                     if take <= 0:
@@ -200,7 +200,8 @@ class ServingEngine:
                     alloc.append((r, take))
                     budget -= take
                     pairs += take * (r.context - r.prefill_left + take / 2)  # causal attention
-                dt = it(sum(t for _, t in alloc), d, ctx, pairs)
+                    cached += take * r.reuse  # of which with the cached prefix
+                dt = it(sum(t for _, t in alloc), d, ctx, pairs, cached)
                 yield env.timeout(dt)
                 self._step(decodes, 1, dt)
                 for r, take in alloc:

@@ -28,10 +28,18 @@ def synthetic_probe(
     seed=0,
     decode=False,
     decode_contexts=(16,),
+    iteration=None,
+    cached=False,
 ):
-    """The probe's plan played against the engine model: records as ``probe openai`` writes them."""
+    """The probe's plan played against the engine model: records as ``probe openai`` writes them
+    (``cached``: with the prompt tokens the server says it served from its cache)."""
     rng = np.random.default_rng(seed)
-    spec = {"iteration": TRUE, "kv_capacity_tokens": 16384, "max_batch_tokens": 2048, "overhead": overhead}
+    spec = {
+        "iteration": iteration or TRUE,
+        "kv_capacity_tokens": 16384,
+        "max_batch_tokens": 2048,
+        "overhead": overhead,
+    }
     recs = []
     for level in levels:
         env = simpy.Environment()
@@ -70,8 +78,9 @@ def synthetic_probe(
             env.run()
             recs.extend([{"run_id": "r", "host": "h", "image": "m", "phase": "generate", "ok": True, "start": 2e6 + t0,
                       "concurrency": level, "mode": "decode", "prompt_tokens": length + new, "prompt_length": length,
-                      "output_tokens": 96, "ttft": r.first - t0, "tpot": (r.end - r.first) / 95,
-                      "latency": r.end - t0, "slots": 8, "slot_context": 2048, "_file": "synthetic.jsonl"}
+                      "output_tokens": 96, "ttft": overhead + r.first - t0, "tpot": (r.end - r.first) / 95,
+                      "latency": r.end - t0, "slots": 8, "slot_context": 2048, "_file": "synthetic.jsonl",
+                      **({"cached_tokens": r.reuse} if cached else {})}
                          for t0, r in reqs])  # fmt: skip
     return recs
 
@@ -112,6 +121,21 @@ def test_decode_runs_at_two_prompt_lengths_read_the_context_cost_in_batches():
     # ... which, without the long decode runs, the lone requests' slope carries
     short = [r for r in skew if not (r["mode"] == "decode" and r["prompt_length"] > 16)]
     assert fit_engine(short)["engine"]["iteration"]["per_context_token"] > 1.2 * TRUE["per_context_token"]
+
+
+def test_resumed_requests_read_what_a_pair_with_the_cached_prefix_costs():
+    """A CPU engine's short append after a long cached prefix runs far slower per pair than a
+    whole prompt does: the decode runs on a held prompt (alone at concurrency 1) read it."""
+    truth = {**TRUE, "per_cached_attention": 1.2e-5}
+    recs = synthetic_probe(decode=True, decode_contexts=(16, 1024), iteration=truth, cached=True)
+    fitted = fit_engine(recs)
+    it = fitted["engine"]["iteration"]
+    for k, v in truth.items():
+        assert it[k] == pytest.approx(v, rel=0.05), k
+    assert abs(fitted["fit"]["resumed_c1"]["ttft_rel_error"]) < 0.01
+    # records that do not say what was cached: no such term (a cached pair costs a new one's)
+    blind = fit_engine([{k: v for k, v in r.items() if k != "cached_tokens"} for r in recs])
+    assert "per_cached_attention" not in blind["engine"]["iteration"] and "resumed_c1" not in blind["fit"]
 
 
 def test_the_fit_holds_under_measurement_noise():

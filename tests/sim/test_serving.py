@@ -109,6 +109,41 @@ def test_prefill_attention_counts_causal_pairs_in_any_chunks():
     assert nxt.first - t0 == pytest.approx(want, rel=1e-12)
 
 
+def test_a_cached_prefix_pair_costs_per_cached_attention_when_given():
+    """With ``per_cached_attention`` the pairs of an append with its cached prefix cost that, its
+    own pairs ``per_prefill_attention``; the fast engine's turn times (``unloaded_turns``) agree."""
+    import numpy as np
+
+    from simrollout.scenario import Engine
+    from simrollout.workload import unloaded_turns
+
+    it = {**IT, "per_prefill_attention": 1e-7, "per_cached_attention": 2e-5}
+    env = simpy.Environment()
+    tr = tier(env, it=it)
+    env.run(tr.request(0, 1000, 2).done)  # a fresh prompt: no cached pairs
+    t0 = env.now
+    nxt = tr.request(0, 1102, 2, reusable=1002)
+    env.run(nxt.done)
+    want = (it["base"] + it["per_prefill_token"] * 100 + it["per_prefill_attention"] * 100 * 50
+            + it["per_cached_attention"] * 100 * 1002)  # fmt: skip
+    assert nxt.first - t0 == pytest.approx(want, rel=1e-12)
+    unset = {**it, "per_cached_attention": None}  # as before: a cached pair costs a new one's
+    env = simpy.Environment()
+    tr = tier(env, it=unset)
+    env.run(tr.request(0, 1000, 2).done)
+    t1 = env.now
+    old = tr.request(0, 1102, 2, reusable=1002)
+    env.run(old.done)
+    assert old.first - t1 == pytest.approx(want - 100 * 1002 * (2e-5 - 1e-7), rel=1e-12)
+    engine = Engine.model_validate({"iteration": it, "kv_capacity_tokens": 16384, "max_batch_tokens": 512})
+    tok = {"prompt": np.array([900]), "step_append": np.array([100, 100]), "step_output": np.array([2, 2])}
+    turns = unloaded_turns(tok, np.array([2]), engine, None)
+    decode = (
+        it["base"] + it["per_decode"] + it["per_context_token"] * 1103
+    )  # one decode after the first token
+    assert turns[1] == pytest.approx(want + decode, rel=1e-12)
+
+
 def test_an_idle_engine_starts_on_the_first_request_and_the_rest_join_next():
     """Requests of one instant at an idle engine: the first is prefilled alone, the others join
     at the next iteration boundary (a real server wakes on the first)."""
