@@ -31,7 +31,8 @@ from .scenario.files import _resolve
 from .sweeps import base_dict, set_path
 
 BANDED = ("worker_hours", "makespan_hours", "duration_p50", "duration_p99", "completed_duration_p50",
-          "completed_duration_p99", "cold_start_p50", "cost_usd", "training_steps_per_day")  # fmt: skip
+          "completed_duration_p99", "cold_start_p50", "cost_usd", "training_steps_per_day",
+          "llm_request_p50", "llm_request_p99")  # fmt: skip
 LO, HI = 5, 95
 SUBSAMPLE = 20_000  # trajectories a refit is re-simulated on when the scenario has more
 PUBLIC = "none: public figures"
@@ -87,6 +88,69 @@ def refits_of(scn: Scenario) -> list[tuple[str, list[dict] | None]]:
     return out
 
 
+def _dump_engine(engine) -> dict:
+    from .scenario import Engine
+
+    return Engine.model_validate(engine).model_dump(mode="json", exclude_none=True)
+
+
+def engine_refits(scn: Scenario) -> tuple[str, list[dict] | None]:
+    """The inference engine's (what its band comes from, its refits as engine mappings with the
+    scenario's own settings kept, or None): refits where its profile holds them
+    (``uncertainty.engines``, ``calibrate --bootstrap`` on ``probe openai`` records)."""
+    from .scenario import load_engine_profile
+
+    inf = scn.cluster.inference
+    if inf is None or inf.engine is None:
+        return "", None
+    if inf.profile is None:
+        return "engine: none (the scenario's own numbers)", None
+    where = "cluster.inference.profile"
+    prof = load_engine_profile(_resolve(inf.profile, _source_path(scn), "engine", where))
+    unc = getattr(prof, "uncertainty", None) or {}
+    engines = unc.get("engines") or []
+    if not engines:
+        if unc.get("refused"):
+            return "engine: none (the probe was too thin to bootstrap)", None
+        if "fit" in (prof.model_extra or {}):
+            return "engine: none (the profile has no refits; calibrate it again)", None
+        return "engine: none (public figures)", None
+    own = _diff(_dump_engine(inf.engine), _dump_engine(prof.engine))
+    return f"engine bootstrap B={len(engines)}", [merge(_dump_engine(e), own) for e in engines]
+
+
+Pairs = list[tuple[dict | None, dict | None]]
+
+
+def joint_refits(scn: Scenario, sources=None) -> list[tuple[str, Pairs | None]]:
+    """Per substrate: (what its band comes from, its joint refits, or None): refit ``k`` pairs the
+    substrate's refit ``k`` with the engine's refit ``k`` (the two probes were resampled
+    independently, so a pair is one draw of both inputs), the shorter list taken round again;
+    None in a pair keeps that input's point fit. ``sources``: :func:`refits_of` if already read."""
+    sources = refits_of(scn) if sources is None else sources
+    label, engines = engine_refits(scn)
+    out = []
+    for sub_label, subs in sources:
+        if engines is None:
+            joined = f"{sub_label}; {label}" if label else sub_label
+            out.append((joined, [(s, None) for s in subs] if subs else None))
+            continue
+        n = max(len(subs or []), len(engines))
+        pairs = [(subs[k % len(subs)] if subs else None, engines[k % len(engines)]) for k in range(n)]
+        out.append((f"{sub_label}; {label}", pairs))
+    return out
+
+
+def _with_refit(d: dict, i: int, sub: dict | None, engine: dict | None) -> dict:
+    """Scenario mapping ``d`` with substrate ``i`` and the engine replaced where given."""
+    d = copy.deepcopy(d)
+    if sub is not None:
+        d["substrates"][i] = sub
+    if engine is not None:
+        d["cluster"]["inference"]["engine"] = engine
+    return d
+
+
 def _source_path(scn: Scenario):
     from pathlib import Path
 
@@ -110,8 +174,8 @@ def variants(scn: Scenario, sources=None) -> list[tuple[int, int | None, dict]]:
     others as they are), fidelity fixed to the full run's and one replication; sub-sampled per
     :func:`_size`. The point appears only where the full run's rows cannot serve as the reference
     (a sub-sample, or several replications). ``sources``: :func:`refits_of` if already read."""
-    sources = refits_of(scn) if sources is None else sources
-    most = max((len(subs) for _, subs in sources if subs), default=0)
+    joint = joint_refits(scn, sources)
+    most = max((len(subs) for _, subs in joint if subs), default=0)
     size = _size(scn, most)
     base = base_dict(scn)
     base["fidelity"] = scn.resolved_fidelity()
@@ -120,13 +184,13 @@ def variants(scn: Scenario, sources=None) -> list[tuple[int, int | None, dict]]:
     need_point = size is not None or scn.replications > 1
     base = set_path(base, "replications", 1)
     out = []
-    for i, (_, subs) in enumerate(sources):
-        if subs is None:
+    for i, (_, pairs) in enumerate(joint):
+        if pairs is None:
             continue
-        for k, sub in [(None, base["substrates"][i])] * need_point + list(enumerate(subs)):
-            d = copy.deepcopy(base)
-            d["substrates"][i] = sub
-            out.append((i, k, d))
+        if need_point:
+            out.append((i, None, copy.deepcopy(base)))
+        for k, (sub, engine) in enumerate(pairs):
+            out.append((i, k, _with_refit(base, i, sub, engine)))
     return out
 
 
@@ -144,7 +208,7 @@ def attach(scn: Scenario, summary: pd.DataFrame, runs: list[tuple[int, int | Non
     summaries (``runs``: substrate index, refit index or None, summary); rows are matched on the
     substrate and ``keys``."""
     out = summary.copy()
-    labels = refits_of(scn) if sources is None else sources
+    labels = joint_refits(scn, sources)
     size = _size(scn, max((len(s) for _, s in labels if s), default=0))
     metrics = banded(out.columns)
     for m in metrics:
@@ -275,7 +339,7 @@ def plan_stability(scn: Scenario, result, executor: str = "local", jobs: int | N
     met = t[[target.met(r) for r in t.itertuples()]].sort_values(order)
     cands = met[[_name(r) != _name(result.best) for _, r in met.iterrows()]].head(top - 1)
     cands = pd.concat([result.best.to_frame().T, cands])
-    sources = dict(zip((s.name for s in scn.substrates), refits_of(scn)))
+    sources = dict(zip((s.name for s in scn.substrates), joint_refits(scn)))
     if not any(sources[r.substrate][1] for _, r in cands.iterrows()):
         return {"band": sources[result.best.substrate][0], "refits": 0}
     n_refits = min(refits, max(len(sources[r.substrate][1] or []) for _, r in cands.iterrows()))
@@ -287,7 +351,10 @@ def plan_stability(scn: Scenario, result, executor: str = "local", jobs: int | N
             subs = sources[r.substrate][1]
             if not subs:
                 continue
-            d = set_path(base, "substrates", [subs[k % len(subs)]])
+            sub, engine = subs[k % len(subs)]
+            i = names.index(r.substrate)
+            d = _with_refit(base, i, sub, engine)
+            d = set_path(d, "substrates", [d["substrates"][i]])
             d = set_path(d, "substrates.0.capacity.hosts", int(r.hosts))
             d = set_path(d, "cluster.concurrency", int(r.concurrency))
             d = set_path(d, "policy.warm_pool", int(r.warm_pool))

@@ -320,18 +320,30 @@ def goodness(ok: list[dict], model: Engine) -> dict:
     return out
 
 
-def engine_profile(records: list[dict], name: str, kv_capacity: int | None = None,
-                   max_running: int | None = None) -> dict:  # fmt: skip
+def engine_profile(
+    records: list[dict],
+    name: str,
+    kv_capacity: int | None = None,
+    max_running: int | None = None,
+    bootstrap: int | None = None,
+    seed: int = 0,
+) -> dict:
     """Records -> a profile under calibration/engines/ (with provenance and goodness of fit).
     Reference-block requests (``reference: true``) are left out of the fit; they give the
     engine's drift during the probe (time to first token and per output token) under
-    ``uncertainty.drift``. Engine profiles carry no refits."""
-    from .drift import NOT_MEASURED, reference_drift, split_reference
+    ``uncertainty.drift``, which the ``bootstrap`` refits (default
+    :data:`.engine_bootstrap.DEFAULT_ENGINE_BOOTSTRAP`) carry."""
+    from .drift import reference_drift, split_reference
+    from .engine_bootstrap import DEFAULT_ENGINE_BOOTSTRAP, engine_uncertainty
 
     reference, records = split_reference(records)
     fitted = fit_engine(records, kv_capacity, max_running)
     first = records[0]
     drift = reference_drift(reference, {"ttft": "ttft", "tpot": "tpot"})
+    refits = DEFAULT_ENGINE_BOOTSTRAP if bootstrap is None else bootstrap
+    if refits < 0:
+        raise InputError(f"--bootstrap: expected 0 or more refits, got {refits}.")
+    ok = [r for r in records if r.get("ok") and r.get("ttft") is not None and r.get("output_tokens")]
     return {
         "version": 1,
         "name": name,
@@ -348,9 +360,7 @@ def engine_profile(records: list[dict], name: str, kv_capacity: int | None = Non
         },
         "engine": fitted["engine"],
         "fit": fitted["fit"],
-        "uncertainty": {
-            "method": "none: engine profiles carry no refits (the drift only)",
-            "refits": 0,
-            "drift": drift if drift is not None else NOT_MEASURED,
-        },
+        "uncertainty": engine_uncertainty(
+            ok, fitted["engine"], drift, refits, seed, kv_capacity, max_running, strict=bootstrap is not None
+        ),
     }

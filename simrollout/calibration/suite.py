@@ -368,7 +368,7 @@ def _bootstrap_bands(scn: Scenario) -> tuple[pd.DataFrame, str] | None:
     except ImportError:
         return None
     summary = run_with_bands(scn, jobs=1, executor="serial").summary
-    if "band" not in summary or not str(summary["band"].iloc[0]).startswith("bootstrap"):
+    if "band" not in summary or "bootstrap B=" not in str(summary["band"].iloc[0]):
         return None
     return summary.set_index("concurrency"), str(summary["band"].iloc[0])
 

@@ -87,7 +87,8 @@ def engine_measured(res) -> pd.DataFrame:
     )
 
 
-BANDED_AS = {"makespan": "makespan_hours", "duration_p50": "duration_p50", "duration_p99": "duration_p99"}
+BANDED_AS = {"request_p50": "llm_request_p50", "request_p99": "llm_request_p99", "makespan": "makespan_hours",
+             "duration_p50": "duration_p50", "duration_p99": "duration_p99"}  # fmt: skip
 
 
 class EngineTarget:
@@ -197,7 +198,7 @@ class EngineTarget:
         scn = self._scenario(cell, d / "profile.yaml")
         per_draw, refits, source = simulate_band(scn, engine_measured, 1)
         if refits is None:  # one deterministic engine, tool waits the real's: no band to read
-            source = "none: the engine fit makes no refits"
+            source = "none: the engine profile has no refits"
         out = {}
         for m in TARGETS:
             pb = point_and_band(per_draw, refits, cell.level, m, BANDED_AS.get(m), _convert(m), source)
@@ -220,7 +221,7 @@ class EngineTarget:
 
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "profile.yaml"
-            write_profile(engine_profile(near, f"suite-{cell.label}"), path)
+            write_profile(engine_profile(near, f"suite-{cell.label}", bootstrap=0), path)
             return simulated_points(self._scenario(cell, path), engine_measured, cell.level, 1)
 
     def machine(self) -> dict:

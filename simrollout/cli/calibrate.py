@@ -50,8 +50,9 @@ def calibrate(
     ),
     bootstrap: int | None = typer.Option(
         None,
-        help="Refits from resamples of whole sandboxes per level (plus the reference blocks' "
-        "drift), stored for run/sweep/plan --uncertainty; default 50, 0 for none.",
+        help="Refits from resamples of whole sandboxes per level (engine records: requests per "
+        "level, mode and prompt length), plus the reference blocks' drift, stored for "
+        "run/sweep/plan --uncertainty; default 50 (engine 20), 0 for none.",
     ),
     seed: int = typer.Option(0, help="Seed of the bootstrap's resamples."),
 ) -> None:
@@ -90,7 +91,7 @@ def calibrate(
         )
     if all(r["phase"] == "generate" for r in records):
         with naming(probes):
-            return _calibrate_engine(records, name, out, kv_capacity, max_running)
+            return _calibrate_engine(records, name, out, kv_capacity, max_running, bootstrap, seed)
     if any(r["phase"] == "generate" for r in records):
         raise InputError(
             f"{files}: mixes engine records (phase 'generate') with sandbox "
@@ -150,20 +151,29 @@ def _say_uncertainty(unc: dict | None) -> None:
     if not unc.get("refits") and str(unc.get("method", "")).startswith("none"):
         typer.echo(f"refits: {unc['method']}")
     if unc.get("refits"):
-        spread = ", ".join(f"{ph} {s['p50_lo']:+.1%}/{s['p50_hi']:+.1%}" for ph, s in unc["spread"].items())
+        engine = "engines" in unc  # an engine's refits: its iteration costs, not latency medians
+        lo, hi = ("lo", "hi") if engine else ("p50_lo", "p50_hi")
+        spread = ", ".join(f"{ph} {s[lo]:+.1%}/{s[hi]:+.1%}" for ph, s in unc["spread"].items())
         drifted = "with the reference blocks' drift" if unc.get("drift_applied") else "without drift"
-        typer.echo(f"bootstrap: {unc['refits']} refits, {drifted}; the refits' medians (5th/95th percentile "
+        what = "iteration costs" if engine else "medians"
+        typer.echo(f"bootstrap: {unc['refits']} refits, {drifted}; the refits' {what} (5th/95th percentile "
                    f"against the fit): {spread}")  # fmt: skip
 
 
-def _calibrate_engine(records, name, out, kv_capacity, max_running) -> None:
+def _calibrate_engine(records, name, out, kv_capacity, max_running, bootstrap, seed) -> None:
+    import warnings
+
     from ..calibration.calibrate import write_profile
     from ..calibration.engine_fit import engine_profile
 
     for opt, v in (("--kv-capacity", kv_capacity), ("--max-running", max_running)):
         if v is not None and v < 1:
             raise InputError(f"{opt}: expected a positive count, got {v}.")
-    profile = engine_profile(records, name, kv_capacity, max_running)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profile = engine_profile(records, name, kv_capacity, max_running, bootstrap, seed)
+    for w in caught:
+        err.print(f"warning: {w.message}")
     write_profile(profile, out)
     it = profile["engine"]["iteration"]
     typer.echo(
