@@ -53,8 +53,12 @@ def _ok(records: list[dict]) -> list[dict]:
     return ok
 
 
-def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running: int | None = None) -> dict:
-    """The ``engine`` mapping of a profile and its goodness of fit."""
+def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running: int | None = None,
+               cached_attention: bool = False) -> dict:  # fmt: skip
+    """The ``engine`` mapping of a profile and its goodness of fit. ``cached_attention``: also
+    fit ``per_cached_attention`` from the resumed requests (off by default: one rate per pair,
+    read from the short appends of the probe, over-priced the held-out engine suite's longer
+    appends by 38-61%; validation/history.csv)."""
     ok = _ok(records)
     plain = [r for r in ok if r["mode"] == "plain"]
     ones = [r for r in plain if r["concurrency"] == 1]
@@ -78,7 +82,7 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     # ... and TTFT the overhead and base plus the prompt's prefill: a cost per token and one per
     # pair of tokens in its causal attention (P^2 / 2), from the medians per prompt length
     first, per_prefill, per_attention = _prefill(ones, lone)
-    per_cached = _cached_attention(ok, first, per_prefill, per_attention)
+    per_cached = _cached_attention(ok, first, per_prefill, per_attention) if cached_attention else None
     slots = next((r.get("slots") for r in ok if r.get("slots")), None)
     slot_ctx = next((r.get("slot_context") for r in ok if r.get("slot_context")), None)
     kv = kv_capacity or (slots * slot_ctx if slots and slot_ctx else None)

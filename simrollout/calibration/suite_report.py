@@ -206,7 +206,7 @@ def table(entry: dict) -> list[str]:
         else ""
     )
     lines = [
-        f"Regenerate: `{entry['command']}`{refit}",
+        f"Regenerate: `{_short(entry['command'])}`{refit}",
         "",
         f"{entry['date']}, commit `{entry['commit'][:12]}`, model and fit code `{entry['code_hash']}`; "
         f"{o['cells']} cells; band coverage {'n/a' if cov is None else f'{cov:.0%}'}; cell-metrics: "
