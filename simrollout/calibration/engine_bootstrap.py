@@ -84,13 +84,12 @@ def with_drift(engine: dict, factors: dict[str, float]) -> dict:
 
 def engine_uncertainty(records: list[dict], point: dict, drift: dict | None, refits: int, seed: int = 0,
                        kv_capacity: int | None = None, max_running: int | None = None,
-                       strict: bool = False) -> dict:  # fmt: skip
+                       strict: bool = False, fit_engine=None) -> dict:  # fmt: skip
     """The engine profile's ``uncertainty`` mapping: ``refits`` refits of the fit (``engines``)
     and the drift. A probe too thin to resample (:func:`thin`), or whose resamples cannot be
     fitted, gets no refits and says why (refused with an InputError when ``strict``: refits
     asked for)."""
     from ..scenario import Engine
-    from .engine_fit import fit_engine
 
     out = {"method": METHOD if refits else "none: --bootstrap 0", "refits": 0, "seed": seed,
            "drift": drift if drift is not None else NOT_MEASURED,

@@ -365,6 +365,14 @@ def engine_profile(
         "engine": fitted["engine"],
         "fit": fitted["fit"],
         "uncertainty": engine_uncertainty(
-            ok, fitted["engine"], drift, refits, seed, kv_capacity, max_running, strict=bootstrap is not None
+            ok,
+            fitted["engine"],
+            drift,
+            refits,
+            seed,
+            kv_capacity,
+            max_running,
+            strict=bootstrap is not None,
+            fit_engine=fit_engine,
         ),
     }
