@@ -34,6 +34,7 @@ def calibrate(
     shared: bool = True,
     bootstrap: int | None = 0,
     seed: int = 0,
+    drift: dict | None = None,
 ) -> tuple[dict, dict]:
     """Records -> (profile mapping, per-phase fits with their samples, for plots). Pull records
     give ``image_cache.pull_mb_s`` (its ``cache_gb`` is ``image_cache_gb``, not measured); reset
@@ -50,7 +51,8 @@ def calibrate(
     (:mod:`simrollout.calibration.bootstrap`; 0, the default here: none; None, the default of
     ``simrollout calibrate``: :data:`DEFAULT_BOOTSTRAP`, a probe too thin to resample then warned
     about instead of refused); ``seed`` draws the resamples. The point fit is the same whatever
-    ``bootstrap`` is."""
+    ``bootstrap`` is. ``drift``: a drift read elsewhere (the validation suite's probe blocks,
+    :func:`.drift.sitting_drift`), used where the records have no reference blocks."""
     from .bootstrap import DEFAULT_BOOTSTRAP, uncertainty
     from .drift import reference_drift, split_reference
 
@@ -119,7 +121,7 @@ def calibrate(
         "fits": fits_out,
     }
     Substrate.model_validate({"name": name, **substrate})
-    drift = reference_drift(reference)
+    drift = reference_drift(reference) if reference else drift
     refits = DEFAULT_BOOTSTRAP if bootstrap is None else bootstrap
     if refits:
         fit_args = dict(criterion=criterion, points=points, weights=weights, shared=shared, paced=paced)

@@ -16,6 +16,8 @@ phase by a factor drawn from the blocks' spread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 # the validation targets a drift is held against: infrastructure time / exec 10%, cold start 20%
@@ -63,8 +65,8 @@ def phase_drift(by_level: dict[int, dict[int, float]], target: float | None) -> 
         "middle": [round(first[b], 6) for b in blocks[1:-1]],
         "end": round(first[blocks[-1]], 6),
         "max_rel": round(float(max_rel), 4),
-        "by_level": {int(c): {int(b): round(v, 6) for b, v in bs.items()} for c, bs in levels.items()},
-        "rel_by_level": {int(c): {int(b): x for b, x in r.items()} for c, r in rel.items()},
+        "by_level": {_key(c): {int(b): round(v, 6) for b, v in bs.items()} for c, bs in levels.items()},
+        "rel_by_level": {_key(c): {int(b): x for b, x in r.items()} for c, r in rel.items()},
         "factor_range": [round(float(min(ratios)), 5), round(float(max(ratios)), 5)],
         "factor_by_block": profile,
     }
@@ -72,6 +74,32 @@ def phase_drift(by_level: dict[int, dict[int, float]], target: float | None) -> 
         out["target"] = target
         out["exceeds_target"] = bool(max_rel > target)
     return out
+
+
+def _key(group) -> int | str:
+    """A group of :func:`phase_drift` as a profile key: a level, or ``"4/512"`` for (4, 512)."""
+    return "/".join(str(int(g)) for g in group) if isinstance(group, tuple) else int(group)
+
+
+def sitting_drift(
+    records: list[dict], phases: dict[str, str], group: Callable[[str, dict], object]
+) -> dict | None:
+    """How far the machine moved over a sitting of repeated probe blocks (the validation suite's:
+    each record's ``suite_block``), each block read as a reference block: per phase, the median of
+    ``phases[phase]`` per group (``group(phase, record)``: a level, a (level, prompt length), or
+    None to leave the record out) and block, then :func:`phase_drift`. None without two blocks."""
+    out = {}
+    for phase, value in phases.items():
+        groups: dict = {}
+        for r in records:
+            g, v = group(phase, r), r.get(value)
+            if g is not None and v is not None and r.get("ok") and r.get("suite_block") is not None:
+                groups.setdefault(g, {}).setdefault(int(r["suite_block"]), []).append(float(v))
+        medians = {g: {b: float(np.median(v)) for b, v in bs.items()} for g, bs in sorted(groups.items())}
+        d = phase_drift(medians, TARGETS.get(phase))
+        if d is not None:
+            out[phase] = d
+    return out or None
 
 
 def reference_drift(reference: list[dict], phases: dict[str, str] | None = None) -> dict | None:

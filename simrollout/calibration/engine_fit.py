@@ -331,19 +331,21 @@ def engine_profile(
     max_running: int | None = None,
     bootstrap: int | None = None,
     seed: int = 0,
+    drift: dict | None = None,
 ) -> dict:
     """Records -> a profile under calibration/engines/ (with provenance and goodness of fit).
     Reference-block requests (``reference: true``) are left out of the fit; they give the
     engine's drift during the probe (time to first token and per output token) under
     ``uncertainty.drift``, which the ``bootstrap`` refits (default
-    :data:`.engine_bootstrap.DEFAULT_ENGINE_BOOTSTRAP`) carry."""
+    :data:`.engine_bootstrap.DEFAULT_ENGINE_BOOTSTRAP`) carry; ``drift``, one read elsewhere (the
+    validation suite's probe blocks), stands in where the records have no reference blocks."""
     from .drift import reference_drift, split_reference
     from .engine_bootstrap import DEFAULT_ENGINE_BOOTSTRAP, engine_uncertainty
 
     reference, records = split_reference(records)
     fitted = fit_engine(records, kv_capacity, max_running)
     first = records[0]
-    drift = reference_drift(reference, {"ttft": "ttft", "tpot": "tpot"})
+    drift = reference_drift(reference, {"ttft": "ttft", "tpot": "tpot"}) if reference else drift
     refits = DEFAULT_ENGINE_BOOTSTRAP if bootstrap is None else bootstrap
     if refits < 0:
         raise InputError(f"--bootstrap: expected 0 or more refits, got {refits}.")

@@ -211,7 +211,7 @@ def _result(
     """The cell simulated from its probe ``records`` and held to its ``real`` runs, each real run
     also to the probe blocks beside it (:func:`paired_points`)."""
     paired = paired_points(target, cell, records, schedule, plan, {} if cache is None else cache)
-    sim = target.simulate(cell, records, plan)
+    sim = target.simulate(cell, in_blocks(records, schedule), plan)
     extra = sim.pop("_extra", {}) if isinstance(sim.get("_extra"), dict) else {}
     rows = cell_rows(cell.key, real, sim, target.targets, paired)
     for row in rows:
@@ -235,6 +235,13 @@ def probe_blocks(records: list[dict], schedule: list[dict]) -> dict[int, list[di
         if k is not None:
             out.setdefault(int(k), []).append(r)
     return out
+
+
+def in_blocks(records: list[dict], schedule: list[dict]) -> list[dict]:
+    """``records``, each with the ``suite_block`` of its probe block (:func:`probe_blocks`), so a
+    target can read how the machine moved over the sitting (:func:`.drift.sitting_drift`)."""
+    block = {id(r): k for k, recs in probe_blocks(records, schedule).items() for r in recs}
+    return [dict(r, suite_block=block[id(r)]) if id(r) in block else r for r in records]
 
 
 def neighbours(schedule: list[dict]) -> list[tuple[int, ...]]:

@@ -90,14 +90,14 @@ def sim_metrics(scn: Scenario, level: int, draws: int) -> dict[str, dict]:
 
 def fit_profile(records: list[dict], name: str, bootstrap: int, seed: int) -> dict:
     """The profile calibrated from ``records`` (with ``bootstrap`` refits where the fit makes
-    them); the fit's warnings are kept in ``profile["warnings"]``."""
+    them, each scaled by the drift the sitting's probe blocks show, :func:`sitting_drift`); the
+    fit's warnings are kept in ``profile["warnings"]``."""
     from .calibrate import calibrate
 
-    kw = (
-        {"bootstrap": bootstrap, "seed": seed}
-        if "bootstrap" in inspect.signature(calibrate).parameters
-        else {}
-    )
+    params = inspect.signature(calibrate).parameters
+    kw = {"bootstrap": bootstrap, "seed": seed} if "bootstrap" in params else {}
+    if "drift" in params:
+        kw["drift"] = sitting_drift(records)
     from ..errors import InputError
 
     with warnings.catch_warnings(record=True) as caught:
@@ -113,6 +113,15 @@ def fit_profile(records: list[dict], name: str, bootstrap: int, seed: int) -> di
     if caught:
         profile["warnings"] = [str(w.message) for w in caught]
     return profile
+
+
+def sitting_drift(records: list[dict]) -> dict | None:
+    """How far create, exec and teardown latency moved over the sitting's probe blocks, per level
+    (:func:`.drift.sitting_drift`)."""
+    from . import drift
+
+    phases = {p: "latency" for p in ("create", "exec", "teardown")}
+    return drift.sitting_drift(records, phases, lambda ph, r: r["concurrency"] if r["phase"] == ph else None)
 
 
 def create_by_load(ops: pd.DataFrame, records: list[dict]) -> pd.DataFrame:

@@ -43,14 +43,17 @@ class EngineWorkload:
         )
 
 
-# held out: each committed before its first real run. The agent loops before them (prompt 256,
-# +64, 32 output, 6 turns) were used to choose the engine model; long-prompt's first sitting
-# (2026-12-03) then showed the resumed turns' miss that chose ``per_cached_attention``, so only
-# many-turns (committed with that term, before its first run) is held out from it
+# each committed before its first real run. The agent loops before them (prompt 256, +64, 32
+# output, 6 turns) were used to choose the engine model; long-prompt's first sitting (2026-12-03)
+# chose ``per_cached_attention``, and many-turns' (2026-12-04) its being left unset by default:
+# both are model-choice data now. long-output (decode-heavy: 48 tokens a turn) is held out from
+# every choice so far (committed 2026-12-05, before its first run)
 ENGINE_WORKLOADS = (
     EngineWorkload("long-prompt", 5, 512, 32, 24, {"kind": "lognormal", "median": 0.2, "p99": 1.0}),
     EngineWorkload("many-turns", 8, 256, 96, 16, {"kind": "lognormal", "median": 0.5, "p99": 2.0}),
+    EngineWorkload("long-output", 4, 384, 48, 48, {"kind": "lognormal", "median": 0.3, "p99": 1.5}),
 )
+HELD_OUT = ("long-output",)  # the workloads no model choice has seen yet
 ENGINE_LEVELS = (1, 4, 8)
 # the engine's targets: request latency as `validate --engine`, trajectory durations and makespan
 # as the sandbox suite's
@@ -193,7 +196,7 @@ class EngineTarget:
         from .engine_fit import engine_profile
 
         d = self._dir(cell)
-        profile = engine_profile(records, f"suite-{cell.label}")
+        profile = engine_profile(records, f"suite-{cell.label}", drift=sitting_drift(records))
         write_profile(profile, d / "profile.yaml")
         scn = self._scenario(cell, d / "profile.yaml")
         per_draw, refits, source = simulate_band(scn, engine_measured, 1)
@@ -236,6 +239,25 @@ class EngineTarget:
 
 def _convert(metric: str):
     return (lambda v: v * 3600) if metric == "makespan" else float
+
+
+def _drift_group(phase: str, r: dict):
+    """A request's group for the sitting's drift: time to first token by prompt length (plain
+    requests alone in flight: at a loaded level it is mostly where a request fell in the batch),
+    time per output token by level (decode runs)."""
+    if phase == "ttft" and r.get("mode") == "plain" and r["concurrency"] == 1:
+        return (1, r.get("prompt_length") or r["prompt_tokens"])
+    if phase == "tpot" and r.get("mode") == "decode":
+        return r["concurrency"]
+    return None
+
+
+def sitting_drift(records: list[dict]) -> dict | None:
+    """How far time to first token and time per output token moved over the sitting's probe
+    blocks (:func:`.drift.sitting_drift`)."""
+    from . import drift
+
+    return drift.sitting_drift(records, {"ttft": "ttft", "tpot": "tpot"}, _drift_group)
 
 
 def engine_notes(results) -> list[str]:

@@ -70,9 +70,16 @@ def run_suite_command(
     if record.exists() and not record.is_dir():
         raise InputError(f"--record {record}: is a file; expected the validation folder.")
     if engine:
-        from ..calibration.suite_engine import ENGINE_LEVELS, ENGINE_WORKLOADS, EngineTarget, engine_notes
+        from ..calibration.suite_engine import (
+            ENGINE_LEVELS,
+            ENGINE_WORKLOADS,
+            HELD_OUT,
+            EngineTarget,
+            engine_notes,
+        )
 
-        chosen, lv = _pick(ENGINE_WORKLOADS, workloads, "--workloads"), ENGINE_LEVELS
+        known = ENGINE_WORKLOADS
+        chosen, lv = _pick(known, workloads or ",".join(HELD_OUT), "--workloads"), ENGINE_LEVELS
         target = EngineTarget(engine, model, extra, record / "engine", seed)
         notes = engine_notes
     else:
@@ -80,12 +87,13 @@ def run_suite_command(
         from ..calibration.suite import DOCKER_LEVELS, DOCKER_WORKLOADS
         from ..calibration.suite_docker import DockerTarget, docker_notes
 
-        chosen, lv = _pick(DOCKER_WORKLOADS, workloads, "--workloads"), DOCKER_LEVELS
+        known = DOCKER_WORKLOADS
+        chosen, lv = _pick(known, workloads, "--workloads"), DOCKER_LEVELS
         target = DockerTarget(get_backend("docker"), record / "docker", image, seed)
         notes = docker_notes
     lv = _ints(levels, "--levels") if levels else list(lv)
     if refit:
-        return _refit(record, target, chosen, bootstrap, notes, echo)
+        return _refit(record, target, known, bootstrap, notes, echo)
     plan = SuitePlan(
         [Cell(w, v) for w in chosen for v in lv],
         repeats,
@@ -198,7 +206,8 @@ def validate_suite(
         None, help="Comma-separated levels in flight (default: Docker 8,16,32,48; engine 1,4,8)."
     ),
     workloads: str | None = typer.Option(
-        None, help="Comma-separated held-out workloads (default: all of the target's)."
+        None,
+        help="Comma-separated held-out workloads (default: Docker all; engine the unseen ones).",
     ),
     repeats: int = typer.Option(
         3, help="Real repeats (runs, and as many probe blocks) per cell, at least 3 for a verdict."

@@ -130,3 +130,59 @@ def test_an_engine_probes_reference_requests_give_its_drift_and_stay_out_of_its_
         assert drift[metric]["max_rel"] == pytest.approx(0.25, abs=1e-3)
         assert drift[metric]["exceeds_target"] is True
         assert drift[metric]["end"] == pytest.approx(1.25 * drift[metric]["start"], rel=1e-4)
+
+
+def test_a_sittings_probe_blocks_read_as_reference_blocks():
+    """The validation suite's probe blocks, each a repeat of the same short probe, give the drift
+    over the sitting: per group the block medians, the factor per block their geometric mean over
+    the groups; records outside every group or block are left out."""
+    from simrollout.calibration.drift import sitting_drift
+
+    recs = []
+    for block, f in enumerate((1.0, 1.1, 1.2, 1.3)):
+        for level, base in ((1, 0.2), (8, 0.8)):
+            recs += [{"phase": "exec", "concurrency": level, "ok": True, "latency": base * f * x,
+                      "suite_block": block} for x in (0.9, 1.0, 1.1)]  # fmt: skip
+    recs.append({"phase": "exec", "concurrency": 1, "ok": True, "latency": 99.0})  # in no block
+    recs.append({"phase": "exec", "concurrency": 1, "ok": False, "latency": 99.0, "suite_block": 0})
+    d = sitting_drift(recs, {"exec": "latency"}, lambda ph, r: r["concurrency"])["exec"]
+    assert d["by_level"][8] == pytest.approx({0: 0.8, 1: 0.88, 2: 0.96, 3: 1.04})
+    assert d["max_rel"] == pytest.approx(0.3) and d["exceeds_target"] is True
+    gm = np.exp(np.mean(np.log([1.0, 1.1, 1.2, 1.3])))
+    np.testing.assert_allclose(d["factor_by_block"], [f / gm for f in (1.0, 1.1, 1.2, 1.3)], rtol=1e-4)
+    # one block, or no group: nothing to read
+    assert sitting_drift([r for r in recs if r.get("suite_block") == 0], {"exec": "latency"},
+                         lambda ph, r: r["concurrency"]) is None  # fmt: skip
+    assert sitting_drift(recs, {"exec": "latency"}, lambda ph, r: None) is None
+
+
+def test_the_suites_engine_drift_reads_lone_prompts_and_decode_runs_and_widens_the_band():
+    """An engine cell's sitting drift: time to first token of plain requests alone in flight (a
+    loaded level's is where a request fell in the batch, left out), time per output token of the
+    decode runs; given to the fit, its refits carry it, the point fit unchanged."""
+    from simrollout.calibration.engine_fit import engine_profile
+    from simrollout.calibration.suite_engine import sitting_drift
+    from tests.conftest import ROOT
+
+    recs = [r for r in read_records([ROOT / "tests/calibration/records/llama-cpp-tiny-m.jsonl"]) if r["ok"]]
+    blocks = []
+    for block, f in enumerate((1.0, 1.15, 1.3)):  # the engine slowing over the sitting
+        blocks += [{**r, "suite_block": block, "ttft": r["ttft"] * f, "tpot": r["tpot"] * f,
+                    "latency": r["latency"] * f} for r in recs]  # fmt: skip
+    d = sitting_drift(blocks)
+    assert set(d) == {"ttft", "tpot"}
+    assert all(k.startswith("1/") for k in d["ttft"]["by_level"])  # lone plain requests only
+    assert {r["concurrency"] for r in recs if r["mode"] == "decode"} == set(d["tpot"]["by_level"])
+    for phase in ("ttft", "tpot"):
+        assert d[phase]["max_rel"] == pytest.approx(0.3, abs=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        still = engine_profile(recs, "e", bootstrap=12, seed=1)
+        moved = engine_profile(recs, "e", bootstrap=12, seed=1, drift=d)
+    assert moved["engine"] == still["engine"]
+    assert still["uncertainty"]["drift"] == NOT_MEASURED and moved["uncertainty"]["drift_applied"]
+
+    def width(p):
+        return p["uncertainty"]["spread"]["per_decode"]["hi"] - p["uncertainty"]["spread"]["per_decode"]["lo"]
+
+    assert width(moved) > width(still) + 0.1  # the drift's +-13% around its middle, on top

@@ -311,3 +311,22 @@ def test_validate_suite_rejects_bad_options_and_validate_keeps_its_usage(tmp_pat
     res = cli("validate", "--concurrency", "1")  # the plain validation still needs its profile
     assert res.returncode == 2 and "--profile" in res.stderr
     assert "suite" in cli("validate", "--help").stdout
+
+
+def test_a_cells_profile_carries_the_drift_its_probe_blocks_read():
+    """On the synthetic substrate slowing 4% a block, the cell's profile reads the drift over the
+    sitting from its own probe blocks (each block a reference block) and its refits carry it."""
+    import yaml
+
+    target = SyntheticTarget(drift=0.04)
+    plan = SuitePlan([Cell(SYN, 8)], repeats=3, max_repeats=3, draws=2, seed=0, bootstrap=6)
+    run_suite(target, plan)
+    unc = yaml.safe_load((target.folder / "syn-8" / "profile.yaml").read_text())["uncertainty"]
+    assert unc["drift_applied"] and set(unc["drift"]) == {"create", "exec", "teardown"}
+    td = unc["drift"]["teardown"]
+    # the probe blocks ran 2 blocks apart, each 8% slower than the one before: the last about 1.08^2
+    # times the first (medians of 4-16 lognormal teardowns per level: a few % of noise)
+    f = td["factor_by_block"]
+    assert len(f) >= 3 and all(np.diff(f) > 0), td
+    assert abs(np.log(f[-1] / f[0]) - (len(f) - 1) * np.log(1.08)) < 0.06, td
+    assert unc["refits"] == 6
