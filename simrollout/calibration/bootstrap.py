@@ -14,6 +14,7 @@ numbers (:mod:`simrollout.uncertainty`), give a projection's band.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
@@ -142,27 +143,39 @@ def uncertainty(
         out["substrates"] = []
         return out
     blocks = sandbox_blocks(annotated)
-    substrates, failed = [], 0
-    k = 0
-    while len(substrates) < refits:
-        rng = np.random.default_rng([seed, k])
-        k += 1
-        try:
-            sub = refit(blocks, rng, point, fit_args, choices or {})
-        except InputError:  # a resample left a phase under its minimum: drawn again, counted
-            failed += 1
-            if failed > max(5, refits // 5):
-                raise InputError(
-                    f"profile {name}: {failed} of {k} resamples could not be fitted (a phase fell under "
-                    f"its minimum of samples); the probe is too thin to bootstrap: probe more sandboxes."
-                ) from None
-            continue
-        sub = with_drift(sub, drift_factors(drift, rng))
+
+    def one(rng: np.random.Generator) -> dict:
+        sub = with_drift(refit(blocks, rng, point, fit_args, choices or {}), drift_factors(drift, rng))
         Substrate.model_validate({"name": name or "refit", **sub})
-        substrates.append(sub)
+        return sub
+
+    substrates, failed, gave_up = redraw(one, refits, seed)
+    if gave_up:  # resamples left a phase under its minimum of samples too often
+        raise InputError(
+            f"profile {name}: {gave_up} (a phase fell under its minimum of samples); the probe is too "
+            "thin to bootstrap: probe more sandboxes."
+        )
     out["refits"] = len(substrates)
     if failed:
         out["redrawn"] = failed
     out["spread"] = spread(point, substrates)
     out["substrates"] = substrates
     return out
+
+
+def redraw(refit_one: Callable[[np.random.Generator], dict], refits: int, seed: int) -> tuple[list, int, str]:
+    """``refits`` results of ``refit_one(rng)``, the ``k``-th try on its own stream ``[seed, k]``;
+    a try whose resample cannot be fitted (InputError) is drawn again, up to ``max(5, refits // 5)``
+    times. Returns (the results, the tries drawn again, why it gave up: "" unless it did)."""
+    out: list = []
+    failed = k = 0
+    while len(out) < refits:
+        rng = np.random.default_rng([seed, k])
+        k += 1
+        try:
+            out.append(refit_one(rng))
+        except InputError as exc:
+            failed += 1
+            if failed > max(5, refits // 5):
+                return out, failed, f"{failed} of {k} resamples could not be fitted ({exc})"
+    return out, failed, ""

@@ -19,6 +19,7 @@ import warnings
 import numpy as np
 
 from ..errors import InputError
+from .bootstrap import redraw
 from .drift import NOT_MEASURED, drift_factors
 
 DEFAULT_ENGINE_BOOTSTRAP = 20  # a refit replays the probe's loaded levels: about 0.1-0.3 s each
@@ -102,26 +103,19 @@ def engine_uncertainty(records: list[dict], point: dict, drift: dict | None, ref
         return {**out, "refused": reason, "engines": []}
     groups = request_blocks(records)
     split = len({r["concurrency"] for r in records if r["mode"] == "decode"}) >= 2
-    engines, failed, k = [], 0, 0
-    while len(engines) < refits:
-        rng = np.random.default_rng([seed, k])
-        k += 1
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                fitted = fit_engine(resample(groups, rng), kv_capacity, max_running)["engine"]
-        except InputError as exc:
-            failed += 1
-            if failed > max(5, refits // 5):
-                reason = f"{failed} of {k} resamples could not be fitted ({exc})"
-                warnings.warn(f"no refits (no bands from this engine profile): {reason}", stacklevel=2)
-                return {**out, "refused": reason, "engines": []}
-            continue
-        if not split:
-            fitted = _keep_split(fitted, point)
-        engine = with_drift(fitted, drift_factors(drift, rng))
+
+    def one(rng: np.random.Generator) -> dict:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fitted = fit_engine(resample(groups, rng), kv_capacity, max_running)["engine"]
+        engine = with_drift(fitted if split else _keep_split(fitted, point), drift_factors(drift, rng))
         Engine.model_validate(engine)
-        engines.append(engine)
+        return engine
+
+    engines, failed, reason = redraw(one, refits, seed)
+    if reason:
+        warnings.warn(f"no refits (no bands from this engine profile): {reason}", stacklevel=2)
+        return {**out, "refused": reason, "engines": []}
     out["refits"] = len(engines)
     if failed:
         out["redrawn"] = failed
