@@ -3,6 +3,7 @@ interleaved real repeats per cell, asserting only what the measured spread resol
 
 import pandas as pd
 import pytest
+import yaml
 
 from simrollout.calibration import suite_report
 from simrollout.calibration.backends import get_backend
@@ -37,6 +38,11 @@ def test_a_small_interleaved_suite_on_the_real_engine(docker_engine, tmp_path):
                 run.sort_values("trajectory").end - run.sort_values("trajectory").start >= tool - 1e-6
             ).all()
         assert (folder / "profile.yaml").is_file() and (folder / "probes.jsonl.gz").is_file()
+        # the probe blocks, read as reference blocks, give the drift over the sitting
+        drift = yaml.safe_load((folder / "profile.yaml").read_text())["uncertainty"]["drift"]
+        assert {"create", "exec"} <= set(drift) and len(drift["exec"]["factor_by_block"]) == kinds.count(
+            "probe"
+        )
     for r in rows.itertuples():
         assert r.repeats >= 3 and r.sim_lo <= r.sim_hi  # the refits' band (the point fit need not sit inside)
         # the verdict is read at the cell's precision: paired when 3 repeats have probe blocks on both sides
