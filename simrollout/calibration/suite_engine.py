@@ -90,6 +90,8 @@ def engine_measured(res) -> pd.DataFrame:
             "makespan": s.makespan_hours * 3600,
             "duration_p50": s.duration_p50,
             "duration_p99": s.duration_p99,
+            "ttft_p50": s.ttft_p50,
+            "tpot_p50": s.tpot_p50,
         }
     )
     for key, rec in (res.records or {}).items():
@@ -220,7 +222,11 @@ class EngineTarget:
         if self.runs.get(cell.label):
             pd.concat(self.runs[cell.label]).to_csv(d / "real.csv", index=False)
         _gzip(d / "probes.jsonl")
-        out["_extra"] = {"iteration": profile["engine"]["iteration"], "fit": profile.get("fit", {})}
+        out["_extra"] = {
+            "iteration": profile["engine"]["iteration"],
+            "fit": profile.get("fit", {}),
+            "readings": readings(self.runs.get(cell.label, []), per_draw[per_draw.concurrency == cell.level]),
+        }
         return out
 
     def point(self, cell: Cell, near: list[dict], records: list[dict], plan: SuitePlan) -> dict[str, float]:
@@ -244,6 +250,30 @@ class EngineTarget:
             "request_extra": sorted(self.extra),
             **self.server.info(),
         }
+
+
+def readings(runs: list[pd.DataFrame], sim: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """The cell's per-request readings, real (the mean over its runs of each run's median) and
+    simulated (the mean over the draws): time to first token of a trajectory's first turn (its
+    prompt cold) and of its later turns (resumed on a cached prefix; the real side alone tells
+    them apart), and time per output token."""
+    out: dict[str, dict[str, float]] = {}
+    if not runs:
+        return out
+    firsts, resumed, tpot = [], [], []
+    for run in runs:
+        req = run[run.step >= 0]
+        first = req.groupby("trajectory").step.transform("min") == req.step
+        firsts.append(req[first].ttft.median())
+        resumed.append(req[~first].ttft.median())
+        more = req[req.output_tokens > 1]
+        tpot.append(((more.latency - more.ttft) / (more.output_tokens - 1)).median())
+    out["ttft_first"] = {"real": float(np.nanmean(firsts))}
+    out["ttft_resumed"] = {"real": float(np.nanmean(resumed))}
+    out["ttft"] = {"real": float(np.mean([_metrics(r)["ttft_p50"] for r in runs])),
+                   "sim": float(sim.ttft_p50.mean())}  # fmt: skip
+    out["tpot"] = {"real": float(np.nanmean(tpot)), "sim": float(sim.tpot_p50.mean())}
+    return out
 
 
 def _convert(metric: str):
@@ -270,12 +300,30 @@ def sitting_drift(records: list[dict]) -> dict | None:
 
 
 def engine_notes(results) -> list[str]:
-    """For each cell that missed a target: the fitted iteration costs, to read the miss by."""
+    """What the per-request readings show, cell by cell (misses first said): time to first token
+    and per output token, real against simulated (:func:`readings`), the first turns' and the
+    resumed turns' time to first token apart, the probe's own resumed pairs against the fit, and
+    the fitted iteration costs."""
     lines = []
     for res in results:
         missed = [r["metric"] for r in res.rows if r["verdict"] == "miss"]
-        if missed:
-            it = res.extra.get("iteration", {})
-            costs = ", ".join(f"{k} {v:.3g}" for k, v in it.items())
-            lines.append(f"- {res.cell.label} missed {', '.join(missed)}; its fitted iteration (s): {costs}.")
-    return (["Where the engine model misses:", "", *lines]) if lines else []
+        rd, parts = res.extra.get("readings") or {}, []
+        for key, what, unit in (("ttft", "time to first token p50", 1), ("tpot", "per output token", 1e3)):
+            if key in rd:
+                real, sim = rd[key]["real"], rd[key]["sim"]
+                u = "ms" if unit > 1 else "s"
+                parts.append(f"{what} {sim * unit:.3g} {u} simulated against {real * unit:.3g} {u} real "
+                             f"({sim / real - 1:+.0%})")  # fmt: skip
+        if "ttft_first" in rd:
+            parts.append(f"real time to first token of first turns {rd['ttft_first']['real']:.3g} s, of "
+                         f"resumed turns {rd['ttft_resumed']['real']:.3g} s")  # fmt: skip
+        resumed = (res.extra.get("fit") or {}).get("resumed_c1") or {}
+        if resumed.get("ttft_rel_error") is not None:
+            err = resumed["ttft_rel_error"]
+            parts.append(f"the fit reads the probe's own resumed pairs at 1 in flight {err:+.0%}")
+        it = res.extra.get("iteration", {})
+        parts.append("fitted iteration (s): " + ", ".join(f"{k} {v:.3g}" for k, v in it.items()))
+        head = res.cell.label + (f" missed {', '.join(missed)}" if missed else "")
+        lines.append(f"- {head}: " + "; ".join(parts) + ".")
+    return (["What the per-request readings show (each cell's real.csv and profile.yaml):", "", *lines]
+            if lines else [])  # fmt: skip

@@ -38,3 +38,36 @@ def test_the_default_engine_workloads_are_the_held_out_ones():
     assert set(HELD_OUT) <= {w.name for w in ENGINE_WORKLOADS}
     assert "many-turns" not in HELD_OUT and "long-prompt" not in HELD_OUT
     assert Cell(next(w for w in ENGINE_WORKLOADS if w.name in HELD_OUT), 8).label.endswith("@8")
+
+
+def test_readings_split_first_and_resumed_turns_and_the_notes_say_the_miss():
+    """Per cell: time to first token real (first turns and resumed turns apart) and simulated,
+    time per output token; the notes put them beside the verdicts."""
+    import pandas as pd
+
+    from simrollout.calibration.suite import CellResult
+    from simrollout.calibration.suite_engine import engine_notes, readings
+
+    def run(k):  # 2 trajectories x 3 turns: first turns 0.8 s to first token, resumed 0.4 s
+        rows = [{"concurrency": 1, "trajectory": t, "step": 3 * t + s, "start": float(s), "ttft": 0.8 if s == 0 else 0.4,
+                 "latency": (0.8 if s == 0 else 0.4) + 9 * 0.03, "output_tokens": 10, "run": k}
+                for t in range(2) for s in range(3)]  # fmt: skip
+        rows += [{"concurrency": 1, "trajectory": t, "step": -1, "start": 5.0, "latency": 0.0, "run": k}
+                 for t in range(2)]  # fmt: skip
+        return pd.DataFrame(rows)
+
+    sim = pd.DataFrame({"ttft_p50": [0.2, 0.2], "tpot_p50": [0.03, 0.033]})
+    rd = readings([run(0), run(1)], sim)
+    assert rd["ttft_first"]["real"] == pytest.approx(0.8) and rd["ttft_resumed"]["real"] == pytest.approx(0.4)
+    assert rd["ttft"] == pytest.approx({"real": 0.4, "sim": 0.2})
+    assert rd["tpot"] == pytest.approx({"real": 0.03, "sim": 0.0315})
+    res = CellResult(Cell(ENGINE_WORKLOADS[0], 1), [{"metric": "request_p50", "verdict": "miss"}],
+                     extra={"readings": rd, "fit": {"resumed_c1": {"ttft_rel_error": -0.6}},
+                            "iteration": {"base": 0.02}})  # fmt: skip
+    text = "\n".join(engine_notes([res]))
+    assert (
+        "missed request_p50" in text
+        and "time to first token p50 0.2 s simulated against 0.4 s real (-50%)" in text
+    )
+    assert "per output token 31.5 ms simulated against 30 ms real (+5%)" in text
+    assert "resumed pairs at 1 in flight -60%" in text and "base 0.02" in text
