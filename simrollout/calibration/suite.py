@@ -244,6 +244,16 @@ def in_blocks(records: list[dict], schedule: list[dict]) -> list[dict]:
     return [dict(r, suite_block=block[id(r)]) if id(r) in block else r for r in records]
 
 
+def noted_drift(out: dict[str, dict], uncertainty: dict | None) -> dict[str, dict]:
+    """``out`` (a cell's simulated metrics) with each refits' band saying it carries the drift
+    over the sitting, where the profile's refits do (``uncertainty.drift_applied``)."""
+    if (uncertainty or {}).get("drift_applied"):
+        for v in out.values():
+            if "bootstrap" in v.get("source", ""):
+                v["source"] += " with the sitting's drift"
+    return out
+
+
 def neighbours(schedule: list[dict]) -> list[tuple[int, ...]]:
     """For each real block in order, the probe blocks run right before and right after it; none
     for a real block at either end of the sitting (one side alone would carry half a block of

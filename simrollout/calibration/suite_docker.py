@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..scenario import Scenario, Substrate, scenario_from_dict
 from ..workload import draw_work
-from .suite import Cell, SuitePlan, Workload, point_and_band, simulate_band, simulated_points
+from .suite import Cell, SuitePlan, Workload, noted_drift, point_and_band, simulate_band, simulated_points
 from .validate import LOAD_BINS, METRICS, OPS_COLUMNS, TARGETS, _waved, exec_by_load, real_rollout
 
 PROBE_COMMANDS, PROBE_THINK = 5, 1.0  # the README recipe's probe: paced commands, a fixed think
@@ -305,6 +305,7 @@ class DockerTarget:
     def simulate(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, dict]:
         d = self._dir(cell)
         out, profile = fitted_cell(records, cell, plan, d, self.seed)
+        noted_drift(out, profile.get("uncertainty"))
         warned = profile.get("warnings", [])
         ops = pd.DataFrame(self.ops.get(cell.label, []), columns=OPS_COLUMNS)
         pd.concat(self.runs.get(cell.label, [])).to_csv(d / "real.csv", index=False)

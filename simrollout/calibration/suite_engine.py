@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .suite import Cell, SuitePlan, point_and_band, simulate_band, simulated_points
+from .suite import Cell, SuitePlan, noted_drift, point_and_band, simulate_band, simulated_points
 from .suite_docker import _gzip
 from .validate_engine import TARGETS as REQUEST_TARGETS
 from .validate_engine import _metrics, agent_scenario, real_agent_loop
@@ -213,12 +213,15 @@ class EngineTarget:
         per_draw, refits, source = simulate_band(scn, engine_measured, 1)
         if refits is None:  # one deterministic engine, tool waits the real's: no band to read
             source = "none: the engine profile has no refits"
+        else:  # the client stands in for a substrate (no cost, no band): the engine's part alone
+            source = next((p for p in source.split("; ") if p.startswith("engine")), source)
         out = {}
         for m in TARGETS:
             pb = point_and_band(per_draw, refits, cell.level, m, BANDED_AS.get(m), _convert(m), source)
             if refits is None or m not in BANDED_AS:
                 pb.update(lo=float("nan"), hi=float("nan"))
             out[m] = pb
+        noted_drift(out, profile.get("uncertainty"))
         if self.runs.get(cell.label):
             pd.concat(self.runs[cell.label]).to_csv(d / "real.csv", index=False)
         _gzip(d / "probes.jsonl")

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from ..scenario import Substrate
-from .suite import Cell, SuitePlan
+from .suite import Cell, SuitePlan, noted_drift
 from .suite_docker import cell_scenario, drifted_point, fitted_cell, measured
 from .synthetic import simulate_probe
 from .validate import TARGETS
@@ -79,8 +79,8 @@ class SyntheticTarget:
         return res.iloc[0].drop("concurrency").to_dict()
 
     def simulate(self, cell: Cell, records: list[dict], plan: SuitePlan) -> dict[str, dict]:
-        out, _ = fitted_cell(records, cell, plan, self.folder / cell.label.replace("@", "-"))
-        return out
+        out, profile = fitted_cell(records, cell, plan, self.folder / cell.label.replace("@", "-"))
+        return noted_drift(out, profile.get("uncertainty"))
 
     def point(self, cell: Cell, near: list[dict], records: list[dict], plan: SuitePlan) -> dict[str, float]:
         return drifted_point(near, records, cell, plan, cache=self.fits)

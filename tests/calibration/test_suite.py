@@ -320,7 +320,8 @@ def test_a_cells_profile_carries_the_drift_its_probe_blocks_read():
 
     target = SyntheticTarget(drift=0.04)
     plan = SuitePlan([Cell(SYN, 8)], repeats=3, max_repeats=3, draws=2, seed=0, bootstrap=6)
-    run_suite(target, plan)
+    rows = rows_table(run_suite(target, plan))
+    assert rows.band_source.str.endswith("bootstrap B=6 with the sitting's drift").all(), rows.band_source
     unc = yaml.safe_load((target.folder / "syn-8" / "profile.yaml").read_text())["uncertainty"]
     assert unc["drift_applied"] and set(unc["drift"]) == {"create", "exec", "teardown"}
     td = unc["drift"]["teardown"]
