@@ -146,7 +146,8 @@ def history_row(entry: dict) -> dict:
 
 def write(folder: Path, entry: dict) -> None:
     """``entry`` into ``folder/suite.json`` (replacing its target's), ``REPORT.md`` regenerated
-    from every target there, and its row appended to ``history.csv``."""
+    from every target there, and its row appended to ``history.csv`` (unless it repeats the last
+    row: a refit that changed nothing)."""
     folder.mkdir(parents=True, exist_ok=True)
     data = read_suite(folder / "suite.json")
     data["targets"][entry["target"]] = _clean(entry)
@@ -154,6 +155,10 @@ def write(folder: Path, entry: dict) -> None:
     (folder / "REPORT.md").write_text(report(data))
     hist = folder / "history.csv"
     row = pd.DataFrame([history_row(data["targets"][entry["target"]])], columns=HISTORY_COLUMNS)
+    if hist.is_file():
+        last = pd.read_csv(hist, dtype=str, keep_default_na=False).tail(1)
+        if len(last) and last.iloc[0].tolist() == row.astype(str).iloc[0].tolist():
+            return
     row.to_csv(hist, mode="a", header=not hist.is_file(), index=False)
 
 

@@ -297,6 +297,11 @@ def test_report_suite_json_and_history_written_and_read_back(tmp_path):
     hist = pd.read_csv(tmp_path / "history.csv")
     assert list(hist.columns) == suite_report.HISTORY_COLUMNS and list(hist.target) == ["docker", "engine"]
     assert hist.verdict.iloc[0].startswith("2 pass / 0 miss / 0 indeterminate")
+    # the same entry again (a refit that changed nothing) adds no row; another target's does
+    suite_report.write(tmp_path, {**entry, "target": "engine"})
+    assert len(pd.read_csv(tmp_path / "history.csv")) == 2
+    suite_report.write(tmp_path, entry)
+    assert list(pd.read_csv(tmp_path / "history.csv").target) == ["docker", "engine", "docker"]
     (tmp_path / "suite.json").write_text("{not json")
     with pytest.raises(Exception, match="suite.json: not valid JSON"):
         suite_report.read_suite(tmp_path / "suite.json")
