@@ -151,10 +151,7 @@ def uncertainty(
 
     substrates, failed, gave_up = redraw(one, refits, seed)
     if gave_up:  # resamples left a phase under its minimum of samples too often
-        raise InputError(
-            f"profile {name}: {gave_up} (a phase fell under its minimum of samples); the probe is too "
-            "thin to bootstrap: probe more sandboxes."
-        )
+        raise InputError(f"profile {name}: {gave_up}; the probe is too thin to bootstrap: probe more")
     out["refits"] = len(substrates)
     if failed:
         out["redrawn"] = failed

@@ -241,7 +241,7 @@ def in_blocks(records: list[dict], schedule: list[dict]) -> list[dict]:
     """``records``, each with the ``suite_block`` of its probe block (:func:`probe_blocks`), so a
     target can read how the machine moved over the sitting (:func:`.drift.sitting_drift`)."""
     block = {id(r): k for k, recs in probe_blocks(records, schedule).items() for r in recs}
-    return [dict(r, suite_block=block[id(r)]) if id(r) in block else r for r in records]
+    return [dict(r, suite_block=block.get(id(r))) for r in records]
 
 
 def noted_drift(out: dict[str, dict], uncertainty: dict | None) -> dict[str, dict]:
@@ -249,7 +249,7 @@ def noted_drift(out: dict[str, dict], uncertainty: dict | None) -> dict[str, dic
     over the sitting, where the profile's refits do (``uncertainty.drift_applied``)."""
     if (uncertainty or {}).get("drift_applied"):
         for v in out.values():
-            if "bootstrap" in v.get("source", ""):
+            if "bootstrap B=" in v.get("source", ""):
                 v["source"] += " with the sitting's drift"
     return out
 

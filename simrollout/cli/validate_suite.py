@@ -93,6 +93,8 @@ def run_suite_command(
         notes = docker_notes
     lv = _ints(levels, "--levels") if levels else list(lv)
     if refit:
+        if workloads or levels:
+            raise InputError("--refit fits every recorded cell again; it takes no --workloads or --levels.")
         return _refit(record, target, known, bootstrap, notes, echo)
     plan = SuitePlan(
         [Cell(w, v) for w in chosen for v in lv],

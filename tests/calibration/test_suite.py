@@ -336,3 +336,18 @@ def test_a_cells_profile_carries_the_drift_its_probe_blocks_read():
     assert len(f) >= 3 and all(np.diff(f) > 0), td
     assert abs(np.log(f[-1] / f[0]) - (len(f) - 1) * np.log(1.08)) < 0.06, td
     assert unc["refits"] == 6
+
+
+def test_recorded_records_are_tagged_by_the_schedules_time_spans():
+    """A recorded cell (``--refit``): its records carry no block, so each is tagged by the probe
+    block whose time span holds its start; one in no probe block is tagged with none."""
+    from simrollout.calibration.suite import in_blocks
+
+    schedule = [{"block": "probe", "index": 0, "start": 100.0, "seconds": 10.0},
+                {"block": "real", "index": 0, "start": 112.0, "seconds": 5.0},
+                {"block": "probe", "index": 1, "start": 119.0, "seconds": 10.0}]  # fmt: skip
+    recs = [{"start": 101.0}, {"start": 109.5}, {"start": 120.0}, {"start": 114.5, "suite_block": 7}]
+    assert [r["suite_block"] for r in in_blocks(recs, schedule)] == [0, 0, 1, None]
+    assert "suite_block" not in recs[0]  # the records themselves are left as they were
+    tagged = [dict(r, suite_block=k) for r, k in zip(recs, (0, 0, 1, 1))]
+    assert [r["suite_block"] for r in in_blocks(tagged, [])] == [0, 0, 1, 1]  # a live cell's own tags

@@ -35,9 +35,24 @@ def test_durations_are_the_real_sides_interpolated_percentiles_not_the_sketchs()
 
 
 def test_the_default_engine_workloads_are_the_held_out_ones():
-    assert set(HELD_OUT) <= {w.name for w in ENGINE_WORKLOADS}
-    assert "many-turns" not in HELD_OUT and "long-prompt" not in HELD_OUT
-    assert Cell(next(w for w in ENGINE_WORKLOADS if w.name in HELD_OUT), 8).label.endswith("@8")
+    assert HELD_OUT and set(HELD_OUT) <= {w.name for w in ENGINE_WORKLOADS}
+    assert "many-turns" not in HELD_OUT and "long-prompt" not in HELD_OUT  # model-choice data
+
+
+def test_readings_of_one_turn_trajectories_have_no_resumed_turns_and_say_no_nan():
+    import pandas as pd
+
+    from simrollout.calibration.suite import CellResult
+    from simrollout.calibration.suite_engine import engine_notes, readings
+
+    run = pd.DataFrame([{"concurrency": 1, "trajectory": t, "step": t, "start": 0.0, "ttft": 0.5, "latency": 0.8,
+                         "output_tokens": 4, "run": 0} for t in range(3)]
+                       + [{"concurrency": 1, "trajectory": t, "step": -1, "start": 1.0, "latency": 0.0, "run": 0}
+                          for t in range(3)])  # fmt: skip
+    rd = readings([run], pd.DataFrame({"ttft_p50": [0.0], "tpot_p50": [0.11]}))
+    assert rd["ttft_first"]["real"] == pytest.approx(0.5) and np.isnan(rd["ttft_resumed"]["real"])
+    text = "\n".join(engine_notes([CellResult(Cell(ENGINE_WORKLOADS[0], 1), [], extra={"readings": rd})]))
+    assert "nan" not in text and "per output token 110 ms simulated against 100 ms real (+10%)" in text
 
 
 def test_readings_split_first_and_resumed_turns_and_the_notes_say_the_miss():
