@@ -313,6 +313,10 @@ def goodness(ok: list[dict], model: Engine) -> dict:
             "ttft_predicted": round(float(np.median(pred)), 6),
             "ttft_rel_error": round(float(np.median(pred)) / real - 1, 4),
         }
+    seconds = [r for r in resumed if r["mode"] == "shared_prefix"]
+    if len({_length(r) for r in seconds}) > 1:  # pairs of several append sizes: each apart
+        for length in sorted({_length(r) for r in seconds}):
+            out[f"resumed_c1_p{length}"] = _resumed_row([r for r in seconds if _length(r) == length], model)
     shared = [r for r in ok if r["mode"] == "shared_prefix"]
     if shared:  # pairs: the second of each found the prefix cached (if the server caches)
         first, second = shared[0::2], shared[1::2]
@@ -322,6 +326,25 @@ def goodness(ok: list[dict], model: Engine) -> dict:
             "second_cached_tokens": [r.get("cached_tokens") for r in second],
         }
     return out
+
+
+def _resumed_row(resumed: list[dict], model) -> dict:
+    """Resumed requests of one append size against the model: the first token real and predicted,
+    and the cost per pair of a new and a cached token the real ones imply beyond the model's."""
+    it = model.iteration
+    pairs = [(r["prompt_tokens"] - r["cached_tokens"], r["cached_tokens"]) for r in resumed]
+    pred = np.array([model.overhead + it(n, 0, 0, n * (c + n / 2), n * c) for n, c in pairs])
+    real = np.array([r["ttft"] for r in resumed])
+    new, cached = np.median([n for n, _ in pairs]), np.median([c for _, c in pairs])
+    return {
+        "n": len(resumed),
+        "new_tokens": int(new),
+        "cached_tokens": int(cached),
+        "ttft_median": round(float(np.median(real)), 6),
+        "ttft_predicted": round(float(np.median(pred)), 6),
+        "ttft_rel_error": round(float(np.median(pred)) / float(np.median(real)) - 1, 4),
+        "per_pair_beyond_model": float(f"{np.median((real - pred) / [n * c for n, c in pairs]):.4g}"),
+    }
 
 
 def engine_profile(

@@ -73,7 +73,11 @@ class EnginePlan:
     # with one output token), so the runs read what a decode's context costs in a batch
     decode_contexts: tuple[int, ...] = (16, 1024)
     shared_prefix: int = 1024  # tokens of the prefix shared by the pairs (0: no pairs)
-    pairs: int = 4
+    pairs: int = 4  # per append size
+    # new tokens after the shared prefix in each request of a pair: several sizes time how the cost
+    # of attending to a cached prefix changes with the append (llama.cpp's CPU path: per pair of a
+    # new and a cached token, ten times as much at 32-49 new tokens as at 97)
+    appends: tuple[int, ...] = (32,)
     timeout: float = 300.0
     pin_slots: bool = False  # each client keeps to one slot (llama.cpp's ``id_slot``; see Lanes)
     seed: int | None = None  # of the prompt texts; None: from the run id (never a repeated prompt,
@@ -343,10 +347,12 @@ def probe_engine(
                 decode_runs(level, context)
         if plan.shared_prefix:  # pairs, one after the other: the second finds the prefix cached
             lanes = Lanes(plan.pin_slots)
-            for k in range(plan.pairs):
-                prefix = text(plan.shared_prefix, rng)
-                for j in range(2):
-                    one(1, 2 * k + j, prefix + text(32, rng), "shared_prefix", plan.shared_prefix + 32, lanes)
+            for a, size in enumerate(plan.appends):
+                for k in range(plan.pairs):
+                    prefix, idx = text(plan.shared_prefix, rng), 2 * (a * plan.pairs + k)
+                    for j in range(2):
+                        length = plan.shared_prefix + size
+                        one(1, idx + j, prefix + text(size, rng), "shared_prefix", length, lanes)
         if plan.reference:
             reference(2 if half else 1)
     finally:

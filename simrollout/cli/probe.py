@@ -67,6 +67,11 @@ def probe(
     pin_slots: bool = typer.Option(
         False, "--pin-slots", help="openai, llama.cpp's server: each client keeps to its own slot (id_slot)."
     ),
+    appends: str = typer.Option(
+        "32",
+        help="openai: new tokens after the shared 1,024-token prefix of the resumed pairs (several sizes, "
+        "e.g. 16,32,64,128, time how the cost of a cached prefix changes with the append).",
+    ),
     api_key_env: str | None = typer.Option(
         None,
         "--api-key-env",
@@ -98,6 +103,7 @@ def probe(
             out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots,
             api_key_env,
             reference,
+            appends,
         )  # fmt: skip
 
     from ..calibration.backends import get_backend
@@ -164,6 +170,7 @@ def _probe_openai(
     out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots=False,
     api_key_env=None,
     reference=REFERENCE,
+    appends="32",
 ) -> None:  # fmt: skip
     """``probe openai``: time an OpenAI-compatible server (simrollout.calibration.engine_probe)."""
     import datetime as dt
@@ -175,6 +182,7 @@ def _probe_openai(
         raise InputError("probe openai: give --base-url (e.g. http://127.0.0.1:8080/v1) and --model.")
     levels = _levels(concurrency if concurrency != PROBE_LEVELS else "1,2,4,8", "--concurrency")
     lengths = _levels(prompts, "--prompts")
+    sizes = _levels(appends, "--appends")
     if output_tokens < 2 or requests < 0:
         raise InputError(
             f"--output-tokens must be >= 2 (time per output token needs two) and --requests >= 0, "
@@ -187,7 +195,7 @@ def _probe_openai(
     if reference < 0:
         raise InputError(f"--reference: expected requests per reference block >= 0, got {reference}.")
     plan = EnginePlan(levels=levels, prompts=lengths, output=output_tokens, requests=requests, extra=extra,
-                      pin_slots=pin_slots, reference=reference)  # fmt: skip
+                      pin_slots=pin_slots, reference=reference, appends=sizes)  # fmt: skip
     counts = {"ok": 0, "failed": 0}
 
     def seen(rec) -> None:

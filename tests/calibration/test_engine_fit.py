@@ -238,3 +238,31 @@ def test_validate_engine_compares_with_the_median_of_repeated_real_runs():
     assert (table.runs == 3).all()
     sim = table.loc["makespan", "simulated"]
     assert table.loc["makespan", "diff_pct"] == pytest.approx(100 * (sim - 30.0) / 30.0)
+
+
+def test_resumed_pairs_of_several_append_sizes_are_read_apart():
+    """Pairs of two append sizes: each size's resumed requests get their own row (first token real
+    and predicted, and the cost per new x cached pair beyond the model's); one size adds none."""
+    import warnings
+
+    from simrollout.calibration.probe import read_records
+    from tests.conftest import ROOT
+
+    recs = [r for r in read_records([ROOT / "tests/calibration/records/llama-cpp-tiny-m.jsonl"]) if r["ok"]]
+    pairs = [r for r in recs if r["mode"] == "shared_prefix"]
+    length = pairs[0]["prompt_length"]
+    longer = [{**r, "prompt_length": length + 64, "prompt_tokens": r["prompt_tokens"] + 64,
+               "ttft": r["ttft"] + (1.0 if k % 2 else 0.0), "start": r["start"] + 1e4}
+              for k, r in enumerate(pairs)]  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = engine_profile(recs, "e", bootstrap=0)
+        two = engine_profile(recs + longer, "e", bootstrap=0)
+    assert not [k for k in one["fit"] if k.startswith("resumed_c1_p")]  # one size: as before
+    a, b = two["fit"][f"resumed_c1_p{length}"], two["fit"][f"resumed_c1_p{length + 64}"]
+    assert a["n"] == b["n"] == len(pairs) // 2 and b["new_tokens"] == a["new_tokens"] + 64
+    assert b["ttft_median"] == pytest.approx(a["ttft_median"] + 1.0, abs=1e-6)
+    for row in (a, b):  # what the real first token takes beyond the model's, per new x cached pair
+        want = (row["ttft_median"] - row["ttft_predicted"]) / (row["new_tokens"] * row["cached_tokens"])
+        assert row["per_pair_beyond_model"] == pytest.approx(want, rel=0.1), row
+    assert b["per_pair_beyond_model"] > a["per_pair_beyond_model"]  # a second more, far above the model's

@@ -23,7 +23,7 @@ EXTRA = {"logit_bias": ascii_only_bias()}
 
 def small_probe(url: str, path, seed: int = 0) -> list[dict]:
     plan = EnginePlan(levels=(1, 2, 4), prompts=(64, 384), output=8, requests=4, shared_prefix=512, pairs=2,
-                      decode_contexts=(16, 384), seed=seed, extra=EXTRA)  # fmt: skip
+                      decode_contexts=(16, 384), seed=seed, extra=EXTRA, appends=(32, 128))  # fmt: skip
     probe_engine(Server(url, "tiny"), plan, path)
     return read_records([path])
 
@@ -55,6 +55,9 @@ def test_probe_records_time_every_token(probed):
     first, second = pairs[0::2], pairs[1::2]
     assert all(s["cached_tokens"] >= 512 for s in second)
     assert sum(s["ttft"] for s in second) < sum(f["ttft"] for f in first)
+    # two pairs per append size, the second request's new tokens about the append
+    assert [r["prompt_length"] for r in second] == [544, 544, 640, 640]
+    assert all(abs(s["prompt_tokens"] - s["cached_tokens"] - (s["prompt_length"] - 512)) <= 8 for s in second)
 
 
 def test_calibrated_profile_predicts_the_probe(probed, tmp_path):
@@ -78,6 +81,11 @@ def test_calibrated_profile_predicts_the_probe(probed, tmp_path):
             assert row["tpot_predicted"] > 0 and row["tpot_best"] > 0
         elif "tpot_rel_error" in row:  # under load the replay is recorded (not a target: see docs)
             assert row["tpot_predicted"] > 0 and row["tpot_median"] > 0
+    # the resumed pairs of each append size apart, against the model
+    for length, new in ((544, 32), (640, 128)):
+        row = prof["fit"][f"resumed_c1_p{length}"]
+        assert row["n"] == 2 and abs(row["new_tokens"] - new) <= 8 and row["cached_tokens"] >= 512, row
+        assert row["ttft_median"] > 0 and row["ttft_predicted"] > 0
     write_profile(prof, tmp_path / "e.yaml")
 
 
