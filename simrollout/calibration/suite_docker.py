@@ -223,6 +223,13 @@ def read_gzipped_records(path: Path) -> list[dict]:
     return recs
 
 
+def fresh(folder: Path) -> None:
+    """``folder`` (a cell's) without an earlier sitting's probe records: a live sitting appends its
+    blocks' records to ``probes.jsonl`` and then to ``probes.jsonl.gz``, which must hold them alone."""
+    for name in ("probes.jsonl", "probes.jsonl.gz"):
+        (folder / name).unlink(missing_ok=True)
+
+
 def _gzip(path: Path) -> None:
     """``path`` compressed to ``path.gz`` (appended to when there), then removed."""
     import gzip
@@ -265,6 +272,8 @@ class DockerTarget:
         from .probe import ProbePlan, probe, read_records
 
         out = self._dir(cell) / "probes.jsonl"
+        if block == 0:  # a new sitting of the cell: an earlier sitting's records are not its own
+            fresh(self._dir(cell))
         start = sum(1 for _ in out.open()) if out.exists() else 0
         half = max(2, cell.level // 2)
         for level, boxes in ((1, self.low), (half, 2 * half), (cell.level, 2 * cell.level)):

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .suite import Cell, SuitePlan, noted_drift, point_and_band, simulate_band, simulated_points
-from .suite_docker import _gzip
+from .suite_docker import _gzip, fresh
 from .validate_engine import TARGETS as REQUEST_TARGETS
 from .validate_engine import _metrics, agent_scenario, real_agent_loop
 
@@ -149,6 +149,8 @@ class EngineTarget:
         from .probe import read_records
 
         out = self._dir(cell) / "probes.jsonl"
+        if block == 0:  # a new sitting of the cell: an earlier sitting's records are not its own
+            fresh(self._dir(cell))
         start = sum(1 for _ in out.open()) if out.exists() else 0
         plan = EnginePlan(
             levels=PROBE_LEVELS,

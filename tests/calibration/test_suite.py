@@ -351,3 +351,31 @@ def test_recorded_records_are_tagged_by_the_schedules_time_spans():
     assert "suite_block" not in recs[0]  # the records themselves are left as they were
     tagged = [dict(r, suite_block=k) for r, k in zip(recs, (0, 0, 1, 1))]
     assert [r["suite_block"] for r in in_blocks(tagged, [])] == [0, 0, 1, 1]  # a live cell's own tags
+
+
+def test_a_new_sitting_of_a_cell_starts_its_probe_records_afresh(tmp_path, monkeypatch):
+    """A cell recorded before (probes.jsonl.gz, probes.jsonl) and run again live: its first probe
+    block removes the earlier sitting's records, so the cell's record (read by --refit) holds this
+    sitting's blocks alone; its later blocks append."""
+    import gzip
+
+    from simrollout.calibration import probe as probe_mod
+    from simrollout.calibration.suite_docker import DockerTarget
+
+    def fake_probe(backend, plan, out):
+        with open(out, "a") as f:
+            f.write(json.dumps({"level": plan.levels[0]}) + "\n")
+
+    monkeypatch.setattr(probe_mod, "probe", fake_probe)
+    monkeypatch.setattr(probe_mod, "read_records", lambda paths: [json.loads(x) for x in open(paths[0])])
+    target = DockerTarget(backend=None, folder=tmp_path)
+    cell = Cell(W, 8)
+    folder = tmp_path / "w-8"
+    folder.mkdir()
+    with gzip.open(folder / "probes.jsonl.gz", "wt") as f:
+        f.write('{"level": 99}\n')
+    (folder / "probes.jsonl").write_text('{"level": 98}\n')
+    assert [r["level"] for r in target.probe(cell, 0)] == [1, 4, 8]  # this block's levels alone
+    assert not (folder / "probes.jsonl.gz").exists()
+    assert [r["level"] for r in target.probe(cell, 1)] == [1, 4, 8]
+    assert [json.loads(x)["level"] for x in open(folder / "probes.jsonl")] == [1, 4, 8, 1, 4, 8]
