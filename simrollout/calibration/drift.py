@@ -31,13 +31,16 @@ def split_reference(records: list[dict]) -> tuple[list[dict], list[dict]]:
     return ref, [r for r in records if not r.get("reference")]
 
 
-def _medians(records: list[dict], value: str) -> dict[int, dict[int, float]]:
-    """``{level: {block: median of value}}`` over successful records."""
-    groups: dict[int, dict[int, list[float]]] = {}
+def _medians(
+    records: list[dict], value: str, group: Callable[[dict], object] | None = None, block: str = "block"
+) -> dict:
+    """``{group: {block: median of value}}`` over successful records (``group``: a record's level
+    by default; None leaves a record out; ``block``: the field naming its block)."""
+    groups: dict = {}
     for r in records:
-        v = r.get(value)
-        if r.get("ok") and v is not None:
-            groups.setdefault(int(r["concurrency"]), {}).setdefault(int(r["block"]), []).append(float(v))
+        v, g = r.get(value), int(r["concurrency"]) if group is None else group(r)
+        if r.get("ok") and v is not None and g is not None and r.get(block) is not None:
+            groups.setdefault(g, {}).setdefault(int(r[block]), []).append(float(v))
     return {c: {b: float(np.median(v)) for b, v in sorted(bs.items())} for c, bs in sorted(groups.items())}
 
 
@@ -90,12 +93,7 @@ def sitting_drift(
     None to leave the record out) and block, then :func:`phase_drift`. None without two blocks."""
     out = {}
     for phase, value in phases.items():
-        groups: dict = {}
-        for r in records:
-            g, v = group(phase, r), r.get(value)
-            if g is not None and v is not None and r.get("ok") and r.get("suite_block") is not None:
-                groups.setdefault(g, {}).setdefault(int(r["suite_block"]), []).append(float(v))
-        medians = {g: {b: float(np.median(v)) for b, v in bs.items()} for g, bs in sorted(groups.items())}
+        medians = _medians(records, value, lambda r, phase=phase: group(phase, r), "suite_block")
         d = phase_drift(medians, TARGETS.get(phase))
         if d is not None:
             out[phase] = d

@@ -303,16 +303,8 @@ def goodness(ok: list[dict], model: Engine) -> dict:
         }
     resumed = _resumed(ok)
     if resumed:  # resumed alone: the first token after a cached prefix, against one iteration
-        it = model.iteration
-        pairs = [(r["prompt_tokens"] - r["cached_tokens"], r["cached_tokens"]) for r in resumed]
-        pred = [model.overhead + it(n, 0, 0, n * (c + n / 2), n * c) for n, c in pairs]
-        real = float(np.median([r["ttft"] for r in resumed]))
-        out["resumed_c1"] = {
-            "n": len(resumed),
-            "ttft_median": round(real, 6),
-            "ttft_predicted": round(float(np.median(pred)), 6),
-            "ttft_rel_error": round(float(np.median(pred)) / real - 1, 4),
-        }
+        row = _resumed_row(resumed, model)
+        out["resumed_c1"] = {k: row[k] for k in ("n", "ttft_median", "ttft_predicted", "ttft_rel_error")}
     seconds = [r for r in resumed if r["mode"] == "shared_prefix"]
     if len({_length(r) for r in seconds}) > 1:  # pairs of several append sizes: each apart
         for length in sorted({_length(r) for r in seconds}):
