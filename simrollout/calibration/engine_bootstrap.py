@@ -140,6 +140,8 @@ def spread(point: dict, engines: list[dict]) -> dict[str, dict[str, float]]:
     """Per iteration cost, the refits' 5th and 95th percentile relative to the point fit's."""
     out = {}
     for key, p in point["iteration"].items():
+        if key not in PREFILL + DECODE:  # a size, not a cost (cached_attention_below)
+            continue
         vals = np.array([e["iteration"].get(key, np.nan) for e in engines], float)
         vals = vals[np.isfinite(vals)]
         if p and len(vals):

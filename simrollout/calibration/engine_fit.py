@@ -54,11 +54,14 @@ def _ok(records: list[dict]) -> list[dict]:
 
 
 def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running: int | None = None,
-               cached_attention: bool = False) -> dict:  # fmt: skip
-    """The ``engine`` mapping of a profile and its goodness of fit. ``cached_attention``: also
-    fit ``per_cached_attention`` from the resumed requests (off by default: one rate per pair,
-    read from the short appends of the probe, over-priced the held-out engine suite's longer
-    appends by 38-61%; validation/history.csv)."""
+               cached_attention: bool | None = None) -> dict:  # fmt: skip
+    """The ``engine`` mapping of a profile and its goodness of fit. ``cached_attention``: fit
+    ``per_cached_attention`` from the resumed requests (True), never (False), or (None, the
+    default) where the probe's pairs of several append sizes show where it switches
+    (:func:`_cached_split`: the rate then applies below that size alone). One rate for every
+    append, read from the probe's short ones, over-priced the held-out long appends of
+    many-turns by 38-61%; none at all under-priced long-output's short ones by 66-83%
+    (validation/history.csv)."""
     ok = _ok(records)
     plain = [r for r in ok if r["mode"] == "plain"]
     ones = [r for r in plain if r["concurrency"] == 1]
@@ -82,7 +85,12 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     # ... and TTFT the overhead and base plus the prompt's prefill: a cost per token and one per
     # pair of tokens in its causal attention (P^2 / 2), from the medians per prompt length
     first, per_prefill, per_attention = _prefill(ones, lone)
-    per_cached = _cached_attention(ok, first, per_prefill, per_attention) if cached_attention else None
+    slow = _cached_split(ok, first, per_prefill, per_attention) if cached_attention is not False else None
+    per_cached, below = None, None
+    if slow is not None:
+        per_cached, below = _cached_attention(slow[0], first, per_prefill, per_attention), slow[1]
+    elif cached_attention:
+        per_cached = _cached_attention(_resumed(ok), first, per_prefill, per_attention)
     slots = next((r.get("slots") for r in ok if r.get("slots")), None)
     slot_ctx = next((r.get("slot_context") for r in ok if r.get("slot_context")), None)
     kv = kv_capacity or (slots * slot_ctx if slots and slot_ctx else None)
@@ -101,6 +109,8 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
               "per_decode": per_decode, "per_context_token": per_context}  # fmt: skip
         if per_cached is not None:
             it["per_cached_attention"] = per_cached
+            if below is not None:
+                it["cached_attention_below"] = below
         return {
             "iteration": it,
             "kv_capacity_tokens": int(kv),
@@ -131,7 +141,9 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
                                                         options={"xatol": lone * 1e-4}).x)  # fmt: skip
     fitted = engine(per_decode)
     it = fitted["iteration"]
-    fitted["iteration"] = {k: float(f"{v:.4g}") for k, v in it.items()}
+    fitted["iteration"] = {
+        k: v if k == "cached_attention_below" else float(f"{v:.4g}") for k, v in it.items()
+    }
     fitted["overhead"] = float(f"{fitted['overhead']:.4g}")
     model = Engine.model_validate(fitted)
     return {"engine": fitted, "fit": goodness(ok, model)}
@@ -201,11 +213,37 @@ def _resumed(records: list[dict]) -> list[dict]:
     ]
 
 
-def _cached_attention(ok: list[dict], first: float, per_prefill: float, per_attention: float) -> float | None:
+SLOW = 0.25  # an append size whose resumed first tokens take this much more than the model's is slow
+
+
+def _cached_split(ok: list[dict], first: float, per_prefill: float, per_attention: float):
+    """The resumed pairs of the append sizes that run slow, and the size from which they stop:
+    ``(records, below)`` where the probe's pairs of several append sizes split into slow ones
+    (the median first token more than :data:`SLOW` above the model's without a cached rate) and,
+    every one larger, others that are not; None otherwise (one size, none slow, all slow, or no
+    clean split)."""
+    groups: dict[int, list[dict]] = {}
+    for r in _resumed(ok):
+        if r["mode"] == "shared_prefix":
+            groups.setdefault(_length(r), []).append(r)
+    sizes, slow = [], []  # per append size asked for: the new tokens and whether it ran slow
+    for _, rs in sorted(groups.items()):
+        cached = np.array([r["cached_tokens"] for r in rs], float)
+        new = np.array([r["prompt_tokens"] for r in rs], float) - cached
+        pred = first + per_prefill * new + per_attention * new * (cached + new / 2)
+        sizes.append(int(np.median(new)))
+        slow.append(float(np.median([r["ttft"] for r in rs])) > (1 + SLOW) * float(np.median(pred)))
+    flips = [k for k in range(1, len(slow)) if slow[k] != slow[k - 1]]
+    if len(flips) != 1 or not slow[0]:  # one size, all alike, or not slow below and fast above
+        return None
+    rows = [r for _, rs in sorted(groups.items())[: flips[0]] for r in rs]
+    return rows, sizes[flips[0]]
+
+
+def _cached_attention(res: list[dict], first: float, per_prefill: float, per_attention: float):
     """Seconds per pair of a new prompt token and a cached token it attends to: what a resumed
     request's first token takes beyond a fresh prompt of its new tokens, over its new x cached
-    pairs (the median over the resumed requests; None without any)."""
-    res = _resumed(ok)
+    pairs (the median over the resumed requests ``res``; None without any)."""
     if not res:
         return None
     per = []

@@ -75,9 +75,10 @@ class EnginePlan:
     shared_prefix: int = 1024  # tokens of the prefix shared by the pairs (0: no pairs)
     pairs: int = 4  # per append size
     # new tokens after the shared prefix in each request of a pair: several sizes time how the cost
-    # of attending to a cached prefix changes with the append (llama.cpp's CPU path: per pair of a
-    # new and a cached token, ten times as much at 32-49 new tokens as at 97)
-    appends: tuple[int, ...] = (32,)
+    # of attending to a cached prefix changes with the append (llama.cpp's one-thread CPU path: per
+    # pair of a new and a cached token, ten times as much at 16-49 new tokens as at 64 and more),
+    # and the fit reads where it switches (engine_fit._cached_split)
+    appends: tuple[int, ...] = (16, 32, 64, 128)
     timeout: float = 300.0
     pin_slots: bool = False  # each client keeps to one slot (llama.cpp's ``id_slot``; see Lanes)
     seed: int | None = None  # of the prompt texts; None: from the run id (never a repeated prompt,

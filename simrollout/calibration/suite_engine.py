@@ -45,23 +45,25 @@ class EngineWorkload:
 
 # each committed before its first real run. The agent loops before them (prompt 256, +64, 32
 # output, 6 turns) were used to choose the engine model; long-prompt's first sitting (2026-12-03)
-# chose ``per_cached_attention``, and many-turns' (2026-12-04) its being left unset by default:
-# both are model-choice data now. long-output (decode-heavy: 48 tokens a turn) was held out from
-# every choice before its sitting (committed 2026-12-05, before its first run); the next change of
-# the engine model, informed by that sitting, needs a new workload here
+# chose ``per_cached_attention``, many-turns' (2026-12-04) its being left unset by default, and
+# long-output's (2026-12-05) with the probe's pairs of four append sizes its applying below the
+# size the probe finds (``cached_attention_below``): all three are model-choice data now.
+# short-appends (40 new tokens a turn on a longer prompt) was added after that choice, before its
+# first run; the next change of the engine model needs a new workload here again
 ENGINE_WORKLOADS = (
     EngineWorkload("long-prompt", 5, 512, 32, 24, {"kind": "lognormal", "median": 0.2, "p99": 1.0}),
     EngineWorkload("many-turns", 8, 256, 96, 16, {"kind": "lognormal", "median": 0.5, "p99": 2.0}),
     EngineWorkload("long-output", 4, 384, 48, 48, {"kind": "lognormal", "median": 0.3, "p99": 1.5}),
+    EngineWorkload("short-appends", 6, 640, 40, 24, {"kind": "lognormal", "median": 0.4, "p99": 1.6}),
 )
-HELD_OUT = ("long-output",)  # the workloads no model choice has seen yet
+HELD_OUT = ("short-appends",)  # the workloads no model choice has seen yet
 ENGINE_LEVELS = (1, 4, 8)
 # the engine's targets: request latency as `validate --engine`, trajectory durations and makespan
 # as the sandbox suite's
 TARGETS = {**REQUEST_TARGETS, "duration_p50": 10, "duration_p99": 20}
 # a probe block: per level (1, 4, 8) and prompt length (128, 512, 1,024: three lengths fit the
 # prefill's fixed part too) 2 requests (the full probe: max(8, 2 x level) at 1, 2, 4, 8), one
-# round of decode runs of 48 tokens, one shared-prefix pair
+# round of decode runs of 48 tokens, one shared-prefix pair per append size (the probe's four)
 PROBE_LEVELS, PROBE_PROMPTS, PROBE_REQUESTS, PROBE_DECODE = (1, 4, 8), (128, 512, 1024), 2, 48
 
 

@@ -68,9 +68,9 @@ def probe(
         False, "--pin-slots", help="openai, llama.cpp's server: each client keeps to its own slot (id_slot)."
     ),
     appends: str = typer.Option(
-        "32",
-        help="openai: new tokens after the shared 1,024-token prefix of the resumed pairs (several sizes, "
-        "e.g. 16,32,64,128, time how the cost of a cached prefix changes with the append).",
+        "16,32,64,128",
+        help="openai: new tokens after the shared 1,024-token prefix of the resumed pairs (several sizes "
+        "time how the cost of a cached prefix changes with the append; the fit reads where it switches).",
     ),
     api_key_env: str | None = typer.Option(
         None,
@@ -170,7 +170,7 @@ def _probe_openai(
     out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots=False,
     api_key_env=None,
     reference=REFERENCE,
-    appends="32",
+    appends="16,32,64,128",
 ) -> None:  # fmt: skip
     """``probe openai``: time an OpenAI-compatible server (simrollout.calibration.engine_probe)."""
     import datetime as dt

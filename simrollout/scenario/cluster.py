@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 from pydantic import (
     NonNegativeFloat,
     NonNegativeInt,
@@ -27,12 +28,17 @@ class IterationTime(_Model):
     decoding requests and C tokens of context those decodes attend to. ``per_cached_attention``
     unset: a cached pair costs what a new one does. On a GPU the two are one kernel; on a CPU
     engine (llama.cpp) a short chunk after a long cached prefix runs far slower per pair than a
-    whole prompt does, and the probe's resumed requests read it."""
+    whole prompt does, and the probe's resumed requests read it. ``cached_attention_below``: that
+    rate applies only in iterations of fewer than this many tokens (prefill and decodes: the
+    batch's size, by which the engine's kernels are chosen; llama.cpp's one-thread CPU build
+    switches between 49 and 64), a cached pair of a larger batch costs a new one's; unset: in
+    every iteration."""
 
     base: PositiveFloat
     per_prefill_token: NonNegativeFloat
     per_prefill_attention: NonNegativeFloat = 0.0
     per_cached_attention: NonNegativeFloat | None = None
+    cached_attention_below: PositiveInt | None = None
     per_decode: NonNegativeFloat = 0.0
     per_context_token: NonNegativeFloat = 0.0
 
@@ -41,23 +47,37 @@ class IterationTime(_Model):
     ) -> float:
         """One iteration; ``attention`` counts every pair of the prefill, ``cached`` those of them
         with a cached prefix's tokens."""
-        return (self.base + self.per_prefill_token * prefill + self._attention(attention, cached)
+        return (self.base + self.per_prefill_token * prefill
+                + self._attention(attention, cached, prefill + decodes)
                 + self.per_decode * decodes + self.per_context_token * context)  # fmt: skip
 
-    def _attention(self, pairs, cached):
+    def _attention(self, pairs, cached, tokens):
         if self.per_cached_attention is None:
             return self.per_prefill_attention * pairs
-        return self.per_prefill_attention * (pairs - cached) + self.per_cached_attention * cached
+        return self.per_prefill_attention * (pairs - cached) + self._cached_rate(tokens) * cached
+
+    def _cached_rate(self, tokens):
+        """Seconds per cached pair in an iteration of ``tokens`` tokens (an array: each its own)."""
+        if self.per_cached_attention is None:
+            return self.per_prefill_attention
+        if self.cached_attention_below is None:
+            return self.per_cached_attention
+        if np.ndim(tokens):
+            small = np.asarray(tokens) < self.cached_attention_below
+            return np.where(small, self.per_cached_attention, self.per_prefill_attention)
+        small = tokens < self.cached_attention_below
+        return self.per_cached_attention if small else self.per_prefill_attention
 
     def prefill_seconds(self, tokens, prefix=0):
         """The prefill part of iterations over ``tokens`` tokens after a cached ``prefix`` (in any
-        chunks: the causal pairs add up to ``tokens x (prefix + tokens / 2)``)."""
+        chunks: the causal pairs add up to ``tokens x (prefix + tokens / 2)``; a prefill shorter
+        than ``cached_attention_below`` taken as one iteration of its own)."""
         if self.per_cached_attention is None:
             return self.per_prefill_token * tokens + self.per_prefill_attention * tokens * (
                 prefix + tokens / 2
             )
         return (self.per_prefill_token * tokens + self.per_prefill_attention * tokens * tokens / 2
-                + self.per_cached_attention * tokens * prefix)  # fmt: skip
+                + self._cached_rate(tokens) * tokens * prefix)  # fmt: skip
 
 
 class Engine(_Model):

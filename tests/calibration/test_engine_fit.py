@@ -143,6 +143,50 @@ def test_resumed_requests_read_what_a_pair_with_the_cached_prefix_costs():
     assert "per_cached_attention" not in blind["engine"]["iteration"] and "resumed_c1" not in blind["fit"]
 
 
+def shared_pairs(iteration: dict, sizes=(16, 32, 64, 128), prefix=1024, pairs=2, overhead=0.01) -> list[dict]:
+    """Shared-prefix pairs as ``probe openai`` writes them, each alone on the engine model: the
+    first a fresh prompt, the second resuming after its cached ``prefix``."""
+    from simrollout.scenario import IterationTime
+
+    it, recs = IterationTime.model_validate(iteration), []
+    for a, size in enumerate(sizes):
+        for k in range(pairs):
+            n = prefix + size
+            for j, (new, cached) in enumerate([(n, 0), (size, prefix)]):
+                ttft = overhead + it(new, 0, 0, new * (cached + new / 2), new * cached)
+                recs.append({"run_id": "r", "host": "h", "image": "m", "phase": "generate", "ok": True,
+                             "concurrency": 1, "mode": "shared_prefix", "prompt_tokens": n, "prompt_length": n,
+                             "cached_tokens": cached, "output_tokens": 1, "ttft": ttft, "tpot": None,
+                             "latency": ttft, "start": 3e6 + 100 * (a * pairs + k) + j, "slots": 8,
+                             "slot_context": 2048, "_file": "synthetic.jsonl"})  # fmt: skip
+    return recs
+
+
+def test_the_fit_reads_the_append_size_where_the_cached_rate_stops():
+    """Pairs of four append sizes on an engine whose cached pairs cost more below 64 tokens: the
+    default fit finds the rate and the size; pairs of one size, or sizes all alike, add no term
+    (as before); slow only above is not that switch and adds none either."""
+    truth = {**TRUE, "per_cached_attention": 1.2e-5, "cached_attention_below": 64}
+    base = synthetic_probe(decode=True)
+    fitted = fit_engine(base + shared_pairs(truth))
+    it = fitted["engine"]["iteration"]
+    assert it["cached_attention_below"] == 64
+    assert it["per_cached_attention"] == pytest.approx(1.2e-5, rel=0.05)
+    for size in (16, 32, 64, 128):  # every size's resumed pairs now on the model
+        assert abs(fitted["fit"][f"resumed_c1_p{1024 + size}"]["ttft_rel_error"]) < 0.03, size
+    off = fit_engine(base + shared_pairs(truth), cached_attention=False)["engine"]["iteration"]
+    assert "per_cached_attention" not in off and "cached_attention_below" not in off
+    for pairs in (shared_pairs(truth, sizes=(32,)), shared_pairs(TRUE), shared_pairs(truth, sizes=(16, 32))):
+        assert "per_cached_attention" not in fit_engine(base + pairs)["engine"]["iteration"]
+    above = {**TRUE, "per_cached_attention": 1.2e-5}  # slow at every size: one rate, asked for
+    forced = fit_engine(base + shared_pairs(above), cached_attention=True)["engine"]["iteration"]
+    assert forced["per_cached_attention"] == pytest.approx(1.2e-5, rel=0.05)
+    assert "cached_attention_below" not in forced
+    backwards = [{**r, "ttft": r["ttft"] * (3 if r["cached_tokens"] and r["prompt_tokens"] > 1100 else 1)}
+                 for r in shared_pairs(TRUE)]  # fmt: skip
+    assert "per_cached_attention" not in fit_engine(base + backwards)["engine"]["iteration"]
+
+
 def test_the_fit_holds_under_measurement_noise():
     rng = np.random.default_rng(7)
     noisy = [{**r, "ttft": r["ttft"] * rng.lognormal(0, 0.05), "tpot": r["tpot"] * rng.lognormal(0, 0.05)}

@@ -144,6 +144,45 @@ def test_a_cached_prefix_pair_costs_per_cached_attention_when_given():
     assert turns[1] == pytest.approx(want + decode, rel=1e-12)
 
 
+def test_the_cached_rate_applies_only_in_iterations_below_its_size():
+    """``cached_attention_below``: an append of fewer tokens than it pays ``per_cached_attention``
+    per cached pair, a longer one (or one sharing its iteration with enough decodes) a new pair's;
+    the fast engine's turn times agree with the event engine on both sides."""
+    from simrollout.scenario import Engine
+    from simrollout.workload import unloaded_turns
+
+    it = {**IT, "per_prefill_attention": 1e-7, "per_cached_attention": 2e-5, "cached_attention_below": 64}
+    engine = Engine.model_validate({"iteration": it, "kv_capacity_tokens": 16384, "max_batch_tokens": 512})
+    for append in (40, 63, 64, 100):
+        env = simpy.Environment()
+        tr = tier(env, it=it)
+        env.run(tr.request(0, 1000, 2).done)
+        t0 = env.now
+        nxt = tr.request(0, 1002 + append, 2, reusable=1002)
+        env.run(nxt.done)
+        rate = it["per_cached_attention"] if append < 64 else it["per_prefill_attention"]
+        want = (it["base"] + it["per_prefill_token"] * append + it["per_prefill_attention"] * append * append / 2
+                + rate * append * 1002)  # fmt: skip
+        assert nxt.first - t0 == pytest.approx(want, rel=1e-12), append
+        tok = {
+            "prompt": np.array([900]),
+            "step_append": np.array([100, append]),
+            "step_output": np.array([2, 2]),
+        }
+        turns = unloaded_turns(tok, np.array([2]), engine, None)
+        decode = it["base"] + it["per_decode"] + it["per_context_token"] * (1003 + append)
+        assert turns[1] == pytest.approx(want + decode, rel=1e-12), append
+    # a 40-token append beside 30 decodes: an iteration of 70 tokens, a new pair's rate
+    iteration = Engine.model_validate({"iteration": it, "kv_capacity_tokens": 16384}).iteration
+    assert iteration(40, 30, 0, 40 * 1022, 40 * 1002) == pytest.approx(
+        it["base"] + it["per_prefill_token"] * 40 + it["per_decode"] * 30 + 1e-7 * 40 * 1022, rel=1e-12
+    )
+    assert iteration(40, 20, 0, 40 * 1022, 40 * 1002) == pytest.approx(
+        it["base"] + it["per_prefill_token"] * 40 + it["per_decode"] * 20 + 1e-7 * 40 * 20 + 2e-5 * 40 * 1002,
+        rel=1e-12,
+    )
+
+
 def test_an_idle_engine_starts_on_the_first_request_and_the_rest_join_next():
     """Requests of one instant at an idle engine: the first is prefilled alone, the others join
     at the next iteration boundary (a real server wakes on the first)."""
