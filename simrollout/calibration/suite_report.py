@@ -131,7 +131,6 @@ def history_row(entry: dict) -> dict:
     cells = pd.DataFrame(entry["cells"])
     levels = sorted({int(v) for v in cells.level})
     errors = "; ".join(f"{r.metric} MAPE {r.mape_pct:.1f}%" for r in s.itertuples())
-    cov = o["coverage"]
     return {
         "date": entry["date"][:10],
         "target": entry["target"],
@@ -140,8 +139,17 @@ def history_row(entry: dict) -> dict:
         "levels": " ".join(map(str, levels)),
         "key_errors": errors,
         "verdict": f"{o['pass']} pass / {o['miss']} miss / {o['indeterminate']} indeterminate "
-        f"(cell-metrics); band coverage {'n/a' if cov is None or cov != cov else f'{cov:.0%}'}",
+        f"(cell-metrics); band coverage {coverage(o)}",
     }
+
+
+def coverage(o: dict) -> str:
+    """A suite's (or metric's) band coverage, and with the real mean's noise where recorded."""
+    cov, noisy = o.get("coverage"), o.get("coverage_with_noise")
+    text = "n/a" if cov is None or cov != cov else f"{cov:.0%}"
+    if noisy is not None and noisy == noisy:
+        text += f" ({noisy:.0%} with the real mean's noise)"
+    return text
 
 
 def write(folder: Path, entry: dict) -> None:
@@ -195,14 +203,16 @@ VERDICT_RULE = (
     "blocks run right before and after it, so a drift of the machine that moves both cancels; with 3 "
     "pairs or more) or else of the real mean is above the target. Otherwise *pass* when the "
     "simulated point (fitted from every probe block) is within the target of the real mean, else "
-    "**miss**."
+    "**miss**. Band coverage: the share of cells whose 90% band (the probe's input uncertainty and "
+    "the sitting's drift; not the model's own error) holds the real mean; with the real mean's noise, "
+    "once the band is widened in quadrature by the 90% range of a mean of that many repeats (the "
+    "real mean is itself an estimate)."
 )
 
 
 def table(entry: dict) -> list[str]:
     """One target's tables: the summary per metric, then every cell and metric."""
     o = entry["overall"]
-    cov = o["coverage"]
     ran = entry.get("real_runs")
     refit = (
         f" Real runs {ran['date']} (commit `{ran['commit'][:12]}`); the simulated side fitted again from "
@@ -214,20 +224,22 @@ def table(entry: dict) -> list[str]:
         f"Regenerate: `{_short(entry['command'])}`{refit}",
         "",
         f"{entry['date']}, commit `{entry['commit'][:12]}`, model and fit code `{entry['code_hash']}`; "
-        f"{o['cells']} cells; band coverage {'n/a' if cov is None else f'{cov:.0%}'}; cell-metrics: "
+        f"{o['cells']} cells; band coverage {coverage(o)}; cell-metrics: "
         f"{o['pass']} pass, {o['miss']} miss, {o['indeterminate']} indeterminate.",
         "",
         VERDICT_RULE,
         "",
-        "| metric | target | MAPE | band coverage | pass | miss | indeterminate |",
-        "|---|---|---|---|---|---|---|",
+        "| metric | target | MAPE | band coverage | with the real mean's noise | pass | miss "
+        "| indeterminate |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in entry["summary"]:
-        c = s["coverage"]
+        c, n = s["coverage"], s.get("coverage_with_noise")
         ok = "" if s["mape_pct"] <= s["target_pct"] else " **(missed)**"
         lines.append(
             f"| {s['metric']} | {s['target_pct']:g}% | {s['mape_pct']:.1f}%{ok} | "
-            f"{'-' if c is None else f'{c:.0%}'} | {s['pass']} | {s['miss']} | {s['indeterminate']} |"
+            f"{'-' if c is None or c != c else f'{c:.0%}'} | {'-' if n is None or n != n else f'{n:.0%}'} | "
+            f"{s['pass']} | {s['miss']} | {s['indeterminate']} |"
         )
     lines += [
         "",

@@ -135,7 +135,7 @@ def run_suite_command(
     for s in entry["summary"]:
         echo(
             f"  {s['metric']:22s} MAPE {s['mape_pct']:5.1f}% (target {s['target_pct']:g}%)  coverage "
-            f"{s['coverage'] if s['coverage'] == s['coverage'] else float('nan'):.0%}"
+            f"{suite_report.coverage(s)}"
         )
 
 

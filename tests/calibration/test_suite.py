@@ -131,6 +131,29 @@ def test_mape_coverage_and_counts_by_hand():
     assert s.loc["n", "mape_pct"] == pytest.approx(20.0) and s.loc["n", "coverage"] == 0.0
 
 
+def test_a_band_with_the_real_means_noise_by_hand_and_by_simulation():
+    """Widened in quadrature by the 90% range of the real mean (here sem 1: 1.645): a band of
+    half-width 1 around 100 reaches 100 +- hypot(1, 1.645) = 101.925; a perfect band held to the
+    mean of 3 noisy repeats covers it about 90% of the time only with the noise, far less without."""
+    from simrollout.calibration.suite_stats import covers_with_noise
+
+    real = [99.0, 101.0, 103.0]  # mean 101, sem 1.1547
+    noise = 1.6449 * 1.1547
+    assert covers_with_noise(100.0, 99.0, 101.0, real) is True  # 101 <= 100 + hypot(1, 1.9)
+    assert covers_with_noise(99.0 - noise, 98.0 - noise, 99.0 - noise + 0.001, real) is False
+    assert covers_with_noise(100.0, 99.0, 101.0, [101.0]) is None
+    assert covers_with_noise(100.0, float("nan"), float("nan"), real) is None
+    rng = np.random.default_rng(3)
+    truth, sd, plain, noisy = 100.0, 5.0, 0, 0
+    for _ in range(2000):  # the band: the truth's own 90% range (an input uncertainty of sd 1)
+        point = truth + rng.normal(0, 1.0)
+        lo, hi = point - 1.645, point + 1.645
+        real = truth + rng.normal(0, sd, 3)
+        plain += lo <= real.mean() <= hi
+        noisy += covers_with_noise(point, lo, hi, list(real))
+    assert plain / 2000 < 0.6 and 0.8 < noisy / 2000 < 0.95
+
+
 @pytest.mark.parametrize("repeats", [3, 4, 5])
 @pytest.mark.parametrize("seed", range(4))
 def test_block_order_alternates_and_balances_the_mean_time(repeats, seed):
