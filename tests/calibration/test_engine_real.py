@@ -86,6 +86,11 @@ def test_calibrated_profile_predicts_the_probe(probed, tmp_path):
         row = prof["fit"][f"resumed_c1_p{length}"]
         assert row["n"] == 2 and abs(row["new_tokens"] - new) <= 8 and row["cached_tokens"] >= 512, row
         assert row["ttft_median"] > 0 and row["ttft_predicted"] > 0
+    if "cached_attention_below" in it:  # the 32-token appends ran slow, the 128-token ones not:
+        # the switch at the larger size, and the slow ones now on the model
+        assert it["cached_attention_below"] == prof["fit"]["resumed_c1_p640"]["new_tokens"], it
+        assert it["per_cached_attention"] > it["per_prefill_attention"], it
+        assert abs(prof["fit"]["resumed_c1_p544"]["ttft_rel_error"]) < 0.25, prof["fit"]["resumed_c1_p544"]
     write_profile(prof, tmp_path / "e.yaml")
 
 
