@@ -363,7 +363,7 @@ def _resumed_row(resumed: list[dict], model) -> dict:
     and the cost per pair of a new and a cached token the real ones imply beyond the model's."""
     it = model.iteration
     pairs = [(r["prompt_tokens"] - r["cached_tokens"], r["cached_tokens"]) for r in resumed]
-    pred = np.array([model.overhead + it(n, 0, 0, n * (c + n / 2), n * c) for n, c in pairs])
+    pred = np.array([model.overhead + it(n, 0, 0, n * (c + n / 2), it.cached_pairs(n, c)) for n, c in pairs])
     real = np.array([r["ttft"] for r in resumed])
     new, cached = np.median([n for n, _ in pairs]), np.median([c for _, c in pairs])
     return {

@@ -47,16 +47,18 @@ class EngineWorkload:
 # output, 6 turns) were used to choose the engine model; long-prompt's first sitting (2026-12-03)
 # chose ``per_cached_attention``, many-turns' (2026-12-04) its being left unset by default, and
 # long-output's (2026-12-05) with the probe's pairs of four append sizes its applying below the
-# size the probe finds (``cached_attention_below``): all three are model-choice data now.
-# short-appends (40 new tokens a turn on a longer prompt) was added after that choice, before its
-# first run; the next change of the engine model needs a new workload here again
+# size the probe finds (``cached_attention_below``), and short-appends' (2026-12-05) that size
+# bounding each request's chunk rather than the batch: all four are model-choice data now.
+# tiny-appends (20 new tokens a turn, more turns) was added after that choice, before its first
+# run; the next change of the engine model needs a new workload here again
 ENGINE_WORKLOADS = (
     EngineWorkload("long-prompt", 5, 512, 32, 24, {"kind": "lognormal", "median": 0.2, "p99": 1.0}),
     EngineWorkload("many-turns", 8, 256, 96, 16, {"kind": "lognormal", "median": 0.5, "p99": 2.0}),
     EngineWorkload("long-output", 4, 384, 48, 48, {"kind": "lognormal", "median": 0.3, "p99": 1.5}),
     EngineWorkload("short-appends", 6, 640, 40, 24, {"kind": "lognormal", "median": 0.4, "p99": 1.6}),
+    EngineWorkload("tiny-appends", 8, 512, 20, 16, {"kind": "lognormal", "median": 0.2, "p99": 1.0}),
 )
-HELD_OUT = ("short-appends",)  # the workloads no model choice has seen yet
+HELD_OUT = ("tiny-appends",)  # the workloads no model choice has seen yet
 ENGINE_LEVELS = (1, 4, 8)
 # the engine's targets: request latency as `validate --engine`, trajectory durations and makespan
 # as the sandbox suite's

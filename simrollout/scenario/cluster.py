@@ -29,10 +29,9 @@ class IterationTime(_Model):
     unset: a cached pair costs what a new one does. On a GPU the two are one kernel; on a CPU
     engine (llama.cpp) a short chunk after a long cached prefix runs far slower per pair than a
     whole prompt does, and the probe's resumed requests read it. ``cached_attention_below``: that
-    rate applies only in iterations of fewer than this many tokens (prefill and decodes: the
-    batch's size, by which the engine's kernels are chosen; llama.cpp's one-thread CPU build
-    switches between 49 and 64), a cached pair of a larger batch costs a new one's; unset: in
-    every iteration."""
+    rate applies only to a request's chunk of fewer new tokens than this (llama.cpp's one-thread
+    CPU build switches between 49 and 64, whatever else shares the batch), a longer chunk's cached
+    pairs cost a new pair's; unset: to every chunk (:meth:`cached_pairs`)."""
 
     base: PositiveFloat
     per_prefill_token: NonNegativeFloat
@@ -47,17 +46,23 @@ class IterationTime(_Model):
     ) -> float:
         """One iteration; ``attention`` counts every pair of the prefill, ``cached`` those of them
         with a cached prefix's tokens."""
-        return (self.base + self.per_prefill_token * prefill
-                + self._attention(attention, cached, prefill + decodes)
+        return (self.base + self.per_prefill_token * prefill + self._attention(attention, cached)
                 + self.per_decode * decodes + self.per_context_token * context)  # fmt: skip
 
-    def _attention(self, pairs, cached, tokens):
+    def _attention(self, pairs, cached):
         if self.per_cached_attention is None:
             return self.per_prefill_attention * pairs
-        return self.per_prefill_attention * (pairs - cached) + self._cached_rate(tokens) * cached
+        return self.per_prefill_attention * (pairs - cached) + self.per_cached_attention * cached
+
+    def cached_pairs(self, chunk: int, prefix: float) -> float:
+        """The pairs of a request's ``chunk`` of new tokens with its cached ``prefix`` that cost
+        ``per_cached_attention`` (the ``cached`` of an iteration sums them): all of them, or none
+        for a chunk of ``cached_attention_below`` tokens or more."""
+        below = self.cached_attention_below
+        return chunk * prefix if below is None or chunk < below else 0.0
 
     def _cached_rate(self, tokens):
-        """Seconds per cached pair in an iteration of ``tokens`` tokens (an array: each its own)."""
+        """Seconds per cached pair of a chunk of ``tokens`` new tokens (an array: each its own)."""
         if self.per_cached_attention is None:
             return self.per_prefill_attention
         if self.cached_attention_below is None:
@@ -70,8 +75,8 @@ class IterationTime(_Model):
 
     def prefill_seconds(self, tokens, prefix=0):
         """The prefill part of iterations over ``tokens`` tokens after a cached ``prefix`` (in any
-        chunks: the causal pairs add up to ``tokens x (prefix + tokens / 2)``; a prefill shorter
-        than ``cached_attention_below`` taken as one iteration of its own)."""
+        chunks: the causal pairs add up to ``tokens x (prefix + tokens / 2)``; the cached rate
+        read for a prefill of ``tokens`` in one chunk)."""
         if self.per_cached_attention is None:
             return self.per_prefill_token * tokens + self.per_prefill_attention * tokens * (
                 prefix + tokens / 2

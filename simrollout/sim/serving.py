@@ -200,7 +200,7 @@ class ServingEngine:
                     alloc.append((r, take))
                     budget -= take
                     pairs += take * (r.context - r.prefill_left + take / 2)  # causal attention
-                    cached += take * r.reuse  # of which with the cached prefix
+                    cached += it.cached_pairs(take, r.reuse)  # of which with the cached prefix
                 dt = it(sum(t for _, t in alloc), d, ctx, pairs, cached)
                 yield env.timeout(dt)
                 self._step(decodes, 1, dt)

@@ -153,7 +153,7 @@ def shared_pairs(iteration: dict, sizes=(16, 32, 64, 128), prefix=1024, pairs=2,
         for k in range(pairs):
             n = prefix + size
             for j, (new, cached) in enumerate([(n, 0), (size, prefix)]):
-                ttft = overhead + it(new, 0, 0, new * (cached + new / 2), new * cached)
+                ttft = overhead + it(new, 0, 0, new * (cached + new / 2), it.cached_pairs(new, cached))
                 recs.append({"run_id": "r", "host": "h", "image": "m", "phase": "generate", "ok": True,
                              "concurrency": 1, "mode": "shared_prefix", "prompt_tokens": n, "prompt_length": n,
                              "cached_tokens": cached, "output_tokens": 1, "ttft": ttft, "tpot": None,

@@ -144,10 +144,10 @@ def test_a_cached_prefix_pair_costs_per_cached_attention_when_given():
     assert turns[1] == pytest.approx(want + decode, rel=1e-12)
 
 
-def test_the_cached_rate_applies_only_in_iterations_below_its_size():
-    """``cached_attention_below``: an append of fewer tokens than it pays ``per_cached_attention``
-    per cached pair, a longer one (or one sharing its iteration with enough decodes) a new pair's;
-    the fast engine's turn times agree with the event engine on both sides."""
+def test_the_cached_rate_applies_only_to_chunks_below_its_size():
+    """``cached_attention_below``: an append of fewer new tokens than it pays
+    ``per_cached_attention`` per cached pair, a longer one a new pair's, whatever shares its
+    iteration; the fast engine's turn times agree with the event engine on both sides."""
     from simrollout.scenario import Engine
     from simrollout.workload import unloaded_turns
 
@@ -172,15 +172,28 @@ def test_the_cached_rate_applies_only_in_iterations_below_its_size():
         turns = unloaded_turns(tok, np.array([2]), engine, None)
         decode = it["base"] + it["per_decode"] + it["per_context_token"] * (1003 + append)
         assert turns[1] == pytest.approx(want + decode, rel=1e-12), append
-    # a 40-token append beside 30 decodes: an iteration of 70 tokens, a new pair's rate
+    # three 40-token appends at once: the first alone (an idle engine wakes on it), the other two
+    # in the next iteration beside its decode, 81 tokens in all: each 40-token chunk still slow
+    env = simpy.Environment()
+    tr = tier(env, it=it)
+    for k in range(3):
+        env.run(tr.request(k, 1000, 2).done)
+    t0 = env.now
+    a, b, c = (tr.request(k, 1042, 2, reusable=1002) for k in range(3))
+    env.run(c.done)
+    one = it["per_prefill_attention"] * 40 * 20 + it["per_cached_attention"] * 40 * 1002
+    first = it["base"] + it["per_prefill_token"] * 40 + one
+    assert a.first - t0 == pytest.approx(first, rel=1e-12)
+    second = (
+        it["base"]
+        + it["per_prefill_token"] * 80
+        + 2 * one
+        + it["per_decode"]
+        + it["per_context_token"] * 1043
+    )
+    assert b.first - t0 == pytest.approx(first + second, rel=1e-12) and c.first == b.first
     iteration = Engine.model_validate({"iteration": it, "kv_capacity_tokens": 16384}).iteration
-    assert iteration(40, 30, 0, 40 * 1022, 40 * 1002) == pytest.approx(
-        it["base"] + it["per_prefill_token"] * 40 + it["per_decode"] * 30 + 1e-7 * 40 * 1022, rel=1e-12
-    )
-    assert iteration(40, 20, 0, 40 * 1022, 40 * 1002) == pytest.approx(
-        it["base"] + it["per_prefill_token"] * 40 + it["per_decode"] * 20 + 1e-7 * 40 * 20 + 2e-5 * 40 * 1002,
-        rel=1e-12,
-    )
+    assert iteration.cached_pairs(40, 1002) == 40 * 1002 and iteration.cached_pairs(64, 1002) == 0.0
 
 
 def test_an_idle_engine_starts_on_the_first_request_and_the_rest_join_next():
