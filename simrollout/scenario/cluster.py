@@ -62,9 +62,8 @@ class IterationTime(_Model):
         return chunk * prefix if below is None or chunk < below else 0.0
 
     def _cached_rate(self, tokens):
-        """Seconds per cached pair of a chunk of ``tokens`` new tokens (an array: each its own)."""
-        if self.per_cached_attention is None:
-            return self.per_prefill_attention
+        """Seconds per cached pair of a chunk of ``tokens`` new tokens (an array: each its own),
+        with ``per_cached_attention`` set."""
         if self.cached_attention_below is None:
             return self.per_cached_attention
         if np.ndim(tokens):
