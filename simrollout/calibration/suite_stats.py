@@ -79,8 +79,9 @@ def needs_repeats(
 
 def covers_with_noise(point: float, lo: float, hi: float, real: list[float]) -> bool | None:
     """Whether the 90% band ``[lo, hi]`` around ``point`` holds the mean of the ``real`` repeats
-    once it is widened by that mean's own sampling noise (each side in quadrature with the 90%
-    half-range of a mean of that many repeats, from their spread): the band is on what the
+    once it is widened by that mean's own sampling noise (each side in quadrature with 1.645
+    standard errors of the mean, the normal 90% half-range; the t quantile of 3 repeats would
+    widen it 1.8x more, which a miss would hide behind): the band is on what the
     simulated quantity is expected to be, the real mean only an estimate of it, so a perfect band
     held to a mean of a few noisy repeats would cover it less often than 90%. None without a band
     or with one repeat."""
