@@ -230,7 +230,7 @@ def _cached_split(ok: list[dict], first: float, per_prefill: float, per_attentio
     for _, rs in sorted(groups.items()):
         cached = np.array([r["cached_tokens"] for r in rs], float)
         new = np.array([r["prompt_tokens"] for r in rs], float) - cached
-        pred = first + per_prefill * new + per_attention * new * (cached + new / 2)
+        pred = _fresh(new, first, per_prefill, per_attention) + per_attention * new * cached
         sizes.append(int(np.median(new)))
         slow.append(float(np.median([r["ttft"] for r in rs])) > (1 + SLOW) * float(np.median(pred)))
     flips = [k for k in range(1, len(slow)) if slow[k] != slow[k - 1]]
@@ -249,9 +249,14 @@ def _cached_attention(res: list[dict], first: float, per_prefill: float, per_att
     per = []
     for r in res:
         new, cached = r["prompt_tokens"] - r["cached_tokens"], r["cached_tokens"]
-        fresh = first + per_prefill * new + per_attention * new * new / 2
+        fresh = _fresh(new, first, per_prefill, per_attention)
         per.append((r["ttft"] - fresh) / (new * cached))
     return max(float(np.median(per)), 0.0)
+
+
+def _fresh(new, first: float, per_prefill: float, per_attention: float):
+    """The first token of a fresh prompt of ``new`` tokens, as the prefill fit reads it."""
+    return first + per_prefill * new + per_attention * new * new / 2
 
 
 def _line(x, y) -> tuple[float, float]:

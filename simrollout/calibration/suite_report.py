@@ -145,11 +145,15 @@ def history_row(entry: dict) -> dict:
 
 def coverage(o: dict) -> str:
     """A suite's (or metric's) band coverage, and with the real mean's noise where recorded."""
-    cov, noisy = o.get("coverage"), o.get("coverage_with_noise")
-    text = "n/a" if cov is None or cov != cov else f"{cov:.0%}"
+    text, noisy = _share(o.get("coverage"), "n/a"), o.get("coverage_with_noise")
     if noisy is not None and noisy == noisy:
         text += f" ({noisy:.0%} with the real mean's noise)"
     return text
+
+
+def _share(x: float | None, missing: str = "-") -> str:
+    """A share in %, ``missing`` for none or nan."""
+    return missing if x is None or x != x else f"{x:.0%}"
 
 
 def write(folder: Path, entry: dict) -> None:
@@ -234,11 +238,10 @@ def table(entry: dict) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for s in entry["summary"]:
-        c, n = s["coverage"], s.get("coverage_with_noise")
         ok = "" if s["mape_pct"] <= s["target_pct"] else " **(missed)**"
         lines.append(
             f"| {s['metric']} | {s['target_pct']:g}% | {s['mape_pct']:.1f}%{ok} | "
-            f"{'-' if c is None or c != c else f'{c:.0%}'} | {'-' if n is None or n != n else f'{n:.0%}'} | "
+            f"{_share(s['coverage'])} | {_share(s.get('coverage_with_noise'))} | "
             f"{s['pass']} | {s['miss']} | {s['indeterminate']} |"
         )
     lines += [

@@ -167,10 +167,10 @@ def probe(
 
 
 def _probe_openai(
-    out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots=False,
-    api_key_env=None,
-    reference=REFERENCE,
-    appends="16,32,64,128",
+    out, concurrency, base_url, model, prompts, output_tokens, requests, request_extra, pin_slots,
+    api_key_env,
+    reference,
+    appends,
 ) -> None:  # fmt: skip
     """``probe openai``: time an OpenAI-compatible server (simrollout.calibration.engine_probe)."""
     import datetime as dt

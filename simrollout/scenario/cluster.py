@@ -54,34 +54,27 @@ class IterationTime(_Model):
             return self.per_prefill_attention * pairs
         return self.per_prefill_attention * (pairs - cached) + self.per_cached_attention * cached
 
-    def cached_pairs(self, chunk: int, prefix: float) -> float:
+    def cached_pairs(self, chunk, prefix):
         """The pairs of a request's ``chunk`` of new tokens with its cached ``prefix`` that cost
         ``per_cached_attention`` (the ``cached`` of an iteration sums them): all of them, or none
-        for a chunk of ``cached_attention_below`` tokens or more."""
+        for a chunk of ``cached_attention_below`` tokens or more (arrays: each its own)."""
         below = self.cached_attention_below
-        return chunk * prefix if below is None or chunk < below else 0.0
-
-    def _cached_rate(self, tokens):
-        """Seconds per cached pair of a chunk of ``tokens`` new tokens (an array: each its own),
-        with ``per_cached_attention`` set."""
-        if self.cached_attention_below is None:
-            return self.per_cached_attention
-        if np.ndim(tokens):
-            small = np.asarray(tokens) < self.cached_attention_below
-            return np.where(small, self.per_cached_attention, self.per_prefill_attention)
-        small = tokens < self.cached_attention_below
-        return self.per_cached_attention if small else self.per_prefill_attention
+        if below is None:
+            return chunk * prefix
+        if np.ndim(chunk):
+            return np.where(np.asarray(chunk) < below, chunk * prefix, 0.0)
+        return chunk * prefix if chunk < below else 0.0
 
     def prefill_seconds(self, tokens, prefix=0):
         """The prefill part of iterations over ``tokens`` tokens after a cached ``prefix`` (in any
-        chunks: the causal pairs add up to ``tokens x (prefix + tokens / 2)``; the cached rate
-        read for a prefill of ``tokens`` in one chunk)."""
+        chunks: the causal pairs add up to ``tokens x (prefix + tokens / 2)``; the cached pairs
+        read as those of one chunk of ``tokens``)."""
         if self.per_cached_attention is None:
             return self.per_prefill_token * tokens + self.per_prefill_attention * tokens * (
                 prefix + tokens / 2
             )
-        return (self.per_prefill_token * tokens + self.per_prefill_attention * tokens * tokens / 2
-                + self._cached_rate(tokens) * tokens * prefix)  # fmt: skip
+        pairs = tokens * (prefix + tokens / 2)
+        return self.per_prefill_token * tokens + self._attention(pairs, self.cached_pairs(tokens, prefix))
 
 
 class Engine(_Model):
