@@ -88,7 +88,7 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     slow = _cached_split(ok, first, per_prefill, per_attention) if cached_attention is not False else None
     per_cached, below = None, None
     if slow is not None:
-        per_cached, below = _cached_attention(slow[0], first, per_prefill, per_attention), slow[1]
+        per_cached, below = _cached_attention(slow[0], first, per_prefill, per_attention), slow[1]["below"]
     elif cached_attention:
         per_cached = _cached_attention(_resumed(ok), first, per_prefill, per_attention)
     slots = next((r.get("slots") for r in ok if r.get("slots")), None)
@@ -146,7 +146,10 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     }
     fitted["overhead"] = float(f"{fitted['overhead']:.4g}")
     model = Engine.model_validate(fitted)
-    return {"engine": fitted, "fit": goodness(ok, model)}
+    fit = goodness(ok, model)
+    if slow is not None:  # where the probe saw the switch, and where the fit put it
+        fit["cached_attention_switch"] = slow[1]
+    return {"engine": fitted, "fit": fit}
 
 
 def _context(r: dict) -> float:
@@ -217,11 +220,14 @@ SLOW = 0.25  # an append size whose resumed first tokens take this much more tha
 
 
 def _cached_split(ok: list[dict], first: float, per_prefill: float, per_attention: float):
-    """The resumed pairs of the append sizes that run slow, and the size from which they stop:
-    ``(records, below)`` where the probe's pairs of several append sizes split into slow ones
+    """The resumed pairs of the append sizes that run slow, and where they stop:
+    ``(records, switch)`` where the probe's pairs of several append sizes split into slow ones
     (the median first token more than :data:`SLOW` above the model's without a cached rate) and,
     every one larger, others that are not; None otherwise (one size, none slow, all slow, or no
-    clean split)."""
+    clean split). ``switch`` holds the largest slow size, the smallest fast one and ``below``,
+    their geometric middle: the probe says nothing of the sizes between them, and the middle is
+    off by the same ratio either way (placed at the fast size, a probe of 32 and 128 priced the
+    65-token appends of a real agent loop at the slow rate: TTFT +131%)."""
     groups: dict[int, list[dict]] = {}
     for r in _resumed(ok):
         if r["mode"] == "shared_prefix":
@@ -236,8 +242,10 @@ def _cached_split(ok: list[dict], first: float, per_prefill: float, per_attentio
     flips = [k for k in range(1, len(slow)) if slow[k] != slow[k - 1]]
     if len(flips) != 1 or not slow[0]:  # one size, all alike, or not slow below and fast above
         return None
-    rows = [r for _, rs in sorted(groups.items())[: flips[0]] for r in rs]
-    return rows, sizes[flips[0]]
+    k = flips[0]
+    rows = [r for _, rs in sorted(groups.items())[:k] for r in rs]
+    below = max(round(float(np.sqrt(sizes[k - 1] * sizes[k]))), sizes[k - 1] + 1)
+    return rows, {"slow_at": sizes[k - 1], "fast_at": sizes[k], "below": int(below)}
 
 
 def _cached_attention(res: list[dict], first: float, per_prefill: float, per_attention: float):

@@ -182,6 +182,15 @@ def _calibrate_engine(records, name, out, kv_capacity, max_running, bootstrap, s
         f"{it['per_decode'] * 1e3:.3f} ms/decode + {it['per_context_token'] * 1e9:.2f} ns/context "
         f"token; KV {profile['engine']['kv_capacity_tokens']:,} tokens"
     )
+    if "per_cached_attention" in it:
+        switch = profile["fit"].get("cached_attention_switch")
+        where = (
+            f" for chunks under {switch['below']} new tokens (slow at {switch['slow_at']}, "
+            f"not at {switch['fast_at']})"
+            if switch
+            else ""
+        )
+        typer.echo(f"  cached prefix: {it['per_cached_attention'] * 1e9:.2f} ns/pair{where}")
     for key, row in profile["fit"].items():
         if "tpot_rel_error" in row:
             ttft = f"  TTFT {row['ttft_rel_error']:+.1%}" if "ttft_rel_error" in row else ""

@@ -170,10 +170,18 @@ def test_the_fit_reads_the_append_size_where_the_cached_rate_stops():
     base = synthetic_probe(decode=True)
     fitted = fit_engine(base + shared_pairs(truth))
     it = fitted["engine"]["iteration"]
-    assert it["cached_attention_below"] == 64
+    # slow at 32, not at 64: the probe says nothing between, and the switch goes to the middle
+    assert fitted["fit"]["cached_attention_switch"] == {"slow_at": 32, "fast_at": 64, "below": 45}
+    assert it["cached_attention_below"] == 45
     assert it["per_cached_attention"] == pytest.approx(1.2e-5, rel=0.05)
     for size in (16, 32, 64, 128):  # every size's resumed pairs now on the model
         assert abs(fitted["fit"][f"resumed_c1_p{1024 + size}"]["ttft_rel_error"]) < 0.03, size
+    # two sizes far apart (32 and 128): the switch in their middle (64), so an agent loop's
+    # 65-token appends are priced at the whole prompt's rate, as the engine ran them (placed at
+    # the fast size, they read +131% in CI); every size below 45 and from 64 on priced right
+    wide = fit_engine(base + shared_pairs(truth, sizes=(32, 128)))
+    assert wide["fit"]["cached_attention_switch"] == {"slow_at": 32, "fast_at": 128, "below": 64}
+    assert wide["engine"]["iteration"]["cached_attention_below"] == 64
     off = fit_engine(base + shared_pairs(truth), cached_attention=False)["engine"]["iteration"]
     assert "per_cached_attention" not in off and "cached_attention_below" not in off
     for pairs in (shared_pairs(truth, sizes=(32,)), shared_pairs(TRUE), shared_pairs(truth, sizes=(16, 32))):

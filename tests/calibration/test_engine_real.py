@@ -22,8 +22,12 @@ EXTRA = {"logit_bias": ascii_only_bias()}
 
 
 def small_probe(url: str, path, seed: int = 0) -> list[dict]:
+    """Pinned, as the validation below runs: unpinned, the decode runs' four requests land on
+    slots apart and cost llama.cpp more forward passes (36 ms a token at 4 where pinned read
+    21), and a profile fitted so read the pinned agent loop's TPOT +41-48% at 4 in flight."""
     plan = EnginePlan(levels=(1, 2, 4), prompts=(64, 384), output=8, requests=4, shared_prefix=512, pairs=2,
-                      decode_contexts=(16, 384), seed=seed, extra=EXTRA, appends=(32, 128))  # fmt: skip
+                      decode_contexts=(16, 384), seed=seed, extra=EXTRA, appends=(32, 128),
+                      pin_slots=True)  # fmt: skip
     probe_engine(Server(url, "tiny"), plan, path)
     return read_records([path])
 
@@ -87,8 +91,14 @@ def test_calibrated_profile_predicts_the_probe(probed, tmp_path):
         assert row["n"] == 2 and abs(row["new_tokens"] - new) <= 8 and row["cached_tokens"] >= 512, row
         assert row["ttft_median"] > 0 and row["ttft_predicted"] > 0
     if "cached_attention_below" in it:  # the 32-token appends ran slow, the 128-token ones not:
-        # the switch at the larger size, and the slow ones now on the model
-        assert it["cached_attention_below"] == prof["fit"]["resumed_c1_p640"]["new_tokens"], it
+        # the switch between them, and the slow ones now on the model
+        new = [prof["fit"][f"resumed_c1_p{n}"]["new_tokens"] for n in (544, 640)]
+        assert prof["fit"]["cached_attention_switch"] == {
+            "slow_at": new[0],
+            "fast_at": new[1],
+            "below": round((new[0] * new[1]) ** 0.5),
+        }, prof["fit"]
+        assert new[0] < it["cached_attention_below"] < new[1], it
         assert it["per_cached_attention"] > it["per_prefill_attention"], it
         assert abs(prof["fit"]["resumed_c1_p544"]["ttft_rel_error"]) < 0.25, prof["fit"]["resumed_c1_p544"]
     write_profile(prof, tmp_path / "e.yaml")
@@ -126,7 +136,7 @@ def test_validate_engine_against_the_real_server(llama_server, probed, tmp_path)
     assert "engine speed against the profile" in res.stdout
     makespan = table[table.metric == "makespan"]
     assert (makespan.diff_pct.abs() < 30).all(), table  # loose: CI machines are noisy
-    assert (table[table.metric == "request_p50"].diff_pct.abs() < 40).all(), table
+    assert (table[table.metric == "request_p50"].diff_pct.abs() < 30).all(), table
 
 
 def test_unreachable_url_writes_nothing_and_server_errors_are_recorded(llama_server, tmp_path):
