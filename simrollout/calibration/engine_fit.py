@@ -225,9 +225,12 @@ def _cached_split(ok: list[dict], first: float, per_prefill: float, per_attentio
     (the median first token more than :data:`SLOW` above the model's without a cached rate) and,
     every one larger, others that are not; None otherwise (one size, none slow, all slow, or no
     clean split). ``switch`` holds the largest slow size, the smallest fast one and ``below``,
-    their geometric middle: the probe says nothing of the sizes between them, and the middle is
-    off by the same ratio either way (placed at the fast size, a probe of 32 and 128 priced the
-    65-token appends of a real agent loop at the slow rate: TTFT +131%)."""
+    the switch: the smallest fast size, where a kernel's switch on a tile of a power of two
+    tokens falls when the sizes probed are powers of two (llama.cpp's CPU flash attention tiles
+    a sequence's chunk from ``GGML_FA_TILE_Q`` = 64 query tokens on). The probe says nothing of
+    the sizes between the two (a probe of 32 and 128 priced the 65-token appends of an agent
+    loop at the slow rate: TTFT +131%): ``calibrate`` warns when they are more than a doubling
+    apart."""
     groups: dict[int, list[dict]] = {}
     for r in _resumed(ok):
         if r["mode"] == "shared_prefix":
@@ -244,8 +247,7 @@ def _cached_split(ok: list[dict], first: float, per_prefill: float, per_attentio
         return None
     k = flips[0]
     rows = [r for _, rs in sorted(groups.items())[:k] for r in rs]
-    below = max(round(float(np.sqrt(sizes[k - 1] * sizes[k]))), sizes[k - 1] + 1)
-    return rows, {"slow_at": sizes[k - 1], "fast_at": sizes[k], "below": int(below)}
+    return rows, {"slow_at": sizes[k - 1], "fast_at": sizes[k], "below": sizes[k]}
 
 
 def _cached_attention(res: list[dict], first: float, per_prefill: float, per_attention: float):

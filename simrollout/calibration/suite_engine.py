@@ -50,9 +50,7 @@ class EngineWorkload:
 # size the probe finds (``cached_attention_below``), and short-appends' (2026-12-05) that size
 # bounding each request's chunk rather than the batch: all four are model-choice data now.
 # tiny-appends (20 new tokens a turn, more turns) was added after that choice, before its first
-# run. Where the switch goes between a slow and a fast probed size (their geometric middle, not
-# the fast size) was chosen on the CI test's agent loop (prompt 256, +64); tiny-appends' chunks
-# (21 tokens) fall below either. The next change of the engine model needs a new workload here
+# run; the next change of the engine model needs a new workload here again
 ENGINE_WORKLOADS = (
     EngineWorkload("long-prompt", 5, 512, 32, 24, {"kind": "lognormal", "median": 0.2, "p99": 1.0}),
     EngineWorkload("many-turns", 8, 256, 96, 16, {"kind": "lognormal", "median": 0.5, "p99": 2.0}),

@@ -191,6 +191,12 @@ def _calibrate_engine(records, name, out, kv_capacity, max_running, bootstrap, s
             else ""
         )
         typer.echo(f"  cached prefix: {it['per_cached_attention'] * 1e9:.2f} ns/pair{where}")
+        if switch and switch["fast_at"] > 2 * switch["slow_at"]:
+            err.print(
+                f"warning: the cached-prefix rate switches somewhere between {switch['slow_at']} and "
+                f"{switch['fast_at']} new tokens and is set at {switch['below']}: appends between "
+                "them are priced by a guess; probe sizes between them (probe openai --appends)."
+            )
     for key, row in profile["fit"].items():
         if "tpot_rel_error" in row:
             ttft = f"  TTFT {row['ttft_rel_error']:+.1%}" if "ttft_rel_error" in row else ""

@@ -170,18 +170,15 @@ def test_the_fit_reads_the_append_size_where_the_cached_rate_stops():
     base = synthetic_probe(decode=True)
     fitted = fit_engine(base + shared_pairs(truth))
     it = fitted["engine"]["iteration"]
-    # slow at 32, not at 64: the probe says nothing between, and the switch goes to the middle
-    assert fitted["fit"]["cached_attention_switch"] == {"slow_at": 32, "fast_at": 64, "below": 45}
-    assert it["cached_attention_below"] == 45
+    # slow at 32, not at 64: the switch at the smallest fast size
+    assert fitted["fit"]["cached_attention_switch"] == {"slow_at": 32, "fast_at": 64, "below": 64}
+    assert it["cached_attention_below"] == 64
     assert it["per_cached_attention"] == pytest.approx(1.2e-5, rel=0.05)
     for size in (16, 32, 64, 128):  # every size's resumed pairs now on the model
         assert abs(fitted["fit"][f"resumed_c1_p{1024 + size}"]["ttft_rel_error"]) < 0.03, size
-    # two sizes far apart (32 and 128): the switch in their middle (64), so an agent loop's
-    # 65-token appends are priced at the whole prompt's rate, as the engine ran them (placed at
-    # the fast size, they read +131% in CI); every size below 45 and from 64 on priced right
+    # two sizes far apart: the switch at the fast one, and the gap said (calibrate warns of it)
     wide = fit_engine(base + shared_pairs(truth, sizes=(32, 128)))
-    assert wide["fit"]["cached_attention_switch"] == {"slow_at": 32, "fast_at": 128, "below": 64}
-    assert wide["engine"]["iteration"]["cached_attention_below"] == 64
+    assert wide["fit"]["cached_attention_switch"] == {"slow_at": 32, "fast_at": 128, "below": 128}
     off = fit_engine(base + shared_pairs(truth), cached_attention=False)["engine"]["iteration"]
     assert "per_cached_attention" not in off and "cached_attention_below" not in off
     for pairs in (shared_pairs(truth, sizes=(32,)), shared_pairs(TRUE), shared_pairs(truth, sizes=(16, 32))):
@@ -233,17 +230,40 @@ def test_too_few_or_one_sided_records_are_refused():
     assert fit_engine(no_kv, kv_capacity=50_000)["engine"]["kv_capacity_tokens"] == 50_000
 
 
-def test_calibrate_cli_writes_an_engine_profile_a_scenario_can_use(tmp_path):
-    from tests.conftest import cli, make
-
-    probes = tmp_path / "engine.jsonl"
+def write_probe(path: Path, recs: list[dict]) -> Path:
+    """Records as ``probe openai`` writes them, one JSON line each."""
     fields = ("run_id", "backend", "backend_version", "engine_version", "host", "image", "phase", "start",
               "latency", "concurrency", "mode", "ok", "error", "sandbox")  # fmt: skip
-    with probes.open("w") as f:
-        for k, r in enumerate(synthetic_probe(levels=(1, 2, 4))):
+    with path.open("w") as f:
+        for k, r in enumerate(recs):
             base = {x: r.get(x, "") for x in fields}
             base.update(start=float(k), error=None, sandbox=k, backend="openai")
             f.write(json.dumps({**base, **{x: v for x, v in r.items() if not x.startswith("_")}}) + "\n")
+    return path
+
+
+def test_calibrate_says_where_the_cached_rate_switches_and_warns_of_a_wide_gap(tmp_path):
+    from tests.conftest import cli
+
+    truth = {**TRUE, "per_cached_attention": 1.2e-5, "cached_attention_below": 64}
+    base = synthetic_probe(levels=(1, 2, 4))
+    dense = cli(
+        "calibrate", write_probe(tmp_path / "d.jsonl", base + shared_pairs(truth)), "-o", tmp_path / "d.yaml"
+    )
+    assert dense.returncode == 0, dense.stderr
+    assert "for chunks under 64 new tokens (slow at 32, not at 64)" in dense.stdout, dense.stdout
+    assert "priced by a guess" not in dense.stderr
+    wide = cli("calibrate", write_probe(tmp_path / "w.jsonl", base + shared_pairs(truth, sizes=(32, 128))),
+               "-o", tmp_path / "w.yaml")  # fmt: skip
+    assert wide.returncode == 0, wide.stderr
+    assert "for chunks under 128 new tokens (slow at 32, not at 128)" in wide.stdout, wide.stdout
+    assert "between 32 and 128 new tokens" in wide.stderr and "priced by a guess" in wide.stderr
+
+
+def test_calibrate_cli_writes_an_engine_profile_a_scenario_can_use(tmp_path):
+    from tests.conftest import cli, make
+
+    probes = write_probe(tmp_path / "engine.jsonl", synthetic_probe(levels=(1, 2, 4)))
     out = tmp_path / "engine.yaml"
     res = cli("calibrate", probes, "-o", out)
     assert res.returncode == 0, res.stderr
