@@ -431,6 +431,7 @@ def engine_profile(
             "runs": sorted({r["run_id"] for r in records}),
             "requests": len(records),
             "failed": sum(not r.get("ok") for r in records),
+            "pinned_slots": any(r.get("slot") is not None for r in records),
         },
         "engine": fitted["engine"],
         "fit": fitted["fit"],

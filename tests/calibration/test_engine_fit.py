@@ -209,6 +209,29 @@ def test_the_fit_holds_under_measurement_noise():
         assert abs(row["tpot_rel_error"]) < 0.10, (key, row)
 
 
+def test_a_validation_pinned_otherwise_than_its_profiles_probe_is_warned_of(tmp_path):
+    """The profile says whether its probe kept each client to a slot; an engine validation run
+    the other way says so before it times anything (here: before finding no server)."""
+    import yaml
+
+    from tests.conftest import cli
+
+    recs = synthetic_probe(levels=(1, 2))
+    plain = engine_profile(recs, "e", bootstrap=0)
+    assert plain["provenance"]["pinned_slots"] is False
+    pinned = engine_profile([{**r, "slot": 0} for r in recs], "e", bootstrap=0)
+    assert pinned["provenance"]["pinned_slots"] is True
+    path = tmp_path / "pinned.yaml"
+    path.write_text(yaml.safe_dump(pinned))
+    args = ("validate", "--engine", "--profile", path, "--base-url", "http://127.0.0.1:9/v1", "--model", "m")
+    unpinned = cli(*args)
+    assert unpinned.returncode == 2 and "no OpenAI-compatible server answers" in unpinned.stderr
+    said = " ".join(unpinned.stderr.split())  # as one line, however the console wrapped it
+    assert "its probe ran with --pin-slots and this validation runs without" in said, said
+    same = cli(*args, "--pin-slots")
+    assert same.returncode == 2 and "this validation runs" not in " ".join(same.stderr.split())
+
+
 def test_engine_profile_keeps_provenance(tmp_path):
     prof = engine_profile(synthetic_probe(levels=(1, 4)), "tiny")
     assert prof["provenance"]["requests"] > 0 and prof["provenance"]["probe_files"] == ["synthetic.jsonl"]

@@ -116,6 +116,7 @@ def test_validate_engine_against_the_real_server(llama_server, probed, tmp_path)
               "--tool-p99", 0.6, "--request-extra", json.dumps(EXTRA), "--pin-slots",
               "--record", tmp_path / "rec")  # fmt: skip
     assert res.returncode in (0, 1), res.stderr  # 1: a 10% target missed (printed)
+    assert "this validation runs" not in " ".join(res.stderr.split())  # probed pinned, as it runs
     import pandas as pd
 
     table = pd.read_csv(tmp_path / "rec" / "comparison.csv")
