@@ -367,8 +367,10 @@ def _warn_if_pinned_otherwise(profile: Path, pin: bool) -> None:
     and this validation does not, or the other way round (profiles that do not say: none)."""
     import yaml
 
-    pinned = ((yaml.safe_load(profile.read_text()) or {}).get("provenance") or {}).get("pinned_slots")
-    if pinned is None or bool(pinned) == pin:
+    data = yaml.safe_load(profile.read_text())  # read cleanly before: load_engine_profile
+    prov = data.get("provenance") if isinstance(data, dict) else None
+    pinned = prov.get("pinned_slots") if isinstance(prov, dict) else None
+    if not isinstance(pinned, bool) or pinned == pin:
         return
     how = ("with", "without") if pinned else ("without", "with")
     err.print(
@@ -390,8 +392,8 @@ def _validate_iterations(
 
     if not base_url:
         raise InputError("validate --engine --iterations: give --base-url of the server.")
-    _warn_if_pinned_otherwise(profile, pin_slots)
     engine = Engine.model_validate(load_engine_profile(profile).engine)
+    _warn_if_pinned_otherwise(profile, pin_slots)
     server = _server(base_url, model, api_key_env)
     plan = IterationPlan(decodes=tuple(levels), seed=seed, pin_slots=pin_slots)
     table = iteration_check(server, engine, plan, extra)
