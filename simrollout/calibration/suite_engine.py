@@ -50,15 +50,18 @@ class EngineWorkload:
 # size the probe finds (``cached_attention_below``), and short-appends' (2026-12-05) that size
 # bounding each request's chunk rather than the batch: all four are model-choice data now.
 # tiny-appends (20 new tokens a turn, more turns) was added after that choice, before its first
-# run; the next change of the engine model needs a new workload here again
+# run, and near-switch (56 new tokens a turn: chunks just under the switch llama.cpp's CPU
+# flash attention makes at 64) after tiny-appends' sitting, with no model change between; the
+# next change of the engine model needs a new workload here again
 ENGINE_WORKLOADS = (
     EngineWorkload("long-prompt", 5, 512, 32, 24, {"kind": "lognormal", "median": 0.2, "p99": 1.0}),
     EngineWorkload("many-turns", 8, 256, 96, 16, {"kind": "lognormal", "median": 0.5, "p99": 2.0}),
     EngineWorkload("long-output", 4, 384, 48, 48, {"kind": "lognormal", "median": 0.3, "p99": 1.5}),
     EngineWorkload("short-appends", 6, 640, 40, 24, {"kind": "lognormal", "median": 0.4, "p99": 1.6}),
     EngineWorkload("tiny-appends", 8, 512, 20, 16, {"kind": "lognormal", "median": 0.2, "p99": 1.0}),
+    EngineWorkload("near-switch", 6, 768, 56, 20, {"kind": "lognormal", "median": 0.3, "p99": 1.2}),
 )
-HELD_OUT = ("tiny-appends",)  # the workloads no model choice has seen yet
+HELD_OUT = ("tiny-appends", "near-switch")  # the workloads no model choice has seen yet
 ENGINE_LEVELS = (1, 4, 8)
 # the engine's targets: request latency as `validate --engine`, trajectory durations and makespan
 # as the sandbox suite's
