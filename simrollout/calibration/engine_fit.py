@@ -88,7 +88,7 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     slow = _cached_split(ok, first, per_prefill, per_attention) if cached_attention is not False else None
     per_cached, below = None, None
     if slow is not None:
-        per_cached, below = _cached_attention(slow[0], first, per_prefill, per_attention), slow[1]["below"]
+        per_cached, below = _cached_attention(slow[0], first, per_prefill, per_attention), slow[1]["fast_at"]
     elif cached_attention:
         per_cached = _cached_attention(_resumed(ok), first, per_prefill, per_attention)
     slots = next((r.get("slots") for r in ok if r.get("slots")), None)
@@ -147,7 +147,7 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     fitted["overhead"] = float(f"{fitted['overhead']:.4g}")
     model = Engine.model_validate(fitted)
     fit = goodness(ok, model)
-    if slow is not None:  # where the probe saw the switch, and where the fit put it
+    if slow is not None:  # where the probe saw the switch
         fit["cached_attention_switch"] = slow[1]
     return {"engine": fitted, "fit": fit}
 
@@ -224,9 +224,9 @@ def _cached_split(ok: list[dict], first: float, per_prefill: float, per_attentio
     ``(records, switch)`` where the probe's pairs of several append sizes split into slow ones
     (the median first token more than :data:`SLOW` above the model's without a cached rate) and,
     every one larger, others that are not; None otherwise (one size, none slow, all slow, or no
-    clean split). ``switch`` holds the largest slow size, the smallest fast one and ``below``,
-    the switch: the smallest fast size, where a kernel's switch on a tile of a power of two
-    tokens falls when the sizes probed are powers of two (llama.cpp's CPU flash attention tiles
+    clean split). ``switch`` holds the largest slow size and the smallest fast one, which is
+    where the rate stops (``cached_attention_below``): a kernel's switch on a tile of a power of
+    two tokens falls there when the sizes probed are powers of two (llama.cpp's CPU flash attention tiles
     a sequence's chunk from ``GGML_FA_TILE_Q`` = 64 query tokens on). The probe says nothing of
     the sizes between the two (a probe of 32 and 128 priced the 65-token appends of an agent
     loop at the slow rate: TTFT +131%): ``calibrate`` warns when they are more than a doubling
@@ -247,7 +247,7 @@ def _cached_split(ok: list[dict], first: float, per_prefill: float, per_attentio
         return None
     k = flips[0]
     rows = [r for _, rs in sorted(groups.items())[:k] for r in rs]
-    return rows, {"slow_at": sizes[k - 1], "fast_at": sizes[k], "below": sizes[k]}
+    return rows, {"slow_at": sizes[k - 1], "fast_at": sizes[k]}
 
 
 def _cached_attention(res: list[dict], first: float, per_prefill: float, per_attention: float):

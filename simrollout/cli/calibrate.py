@@ -183,10 +183,9 @@ def _calibrate_engine(records, name, out, kv_capacity, max_running, bootstrap, s
         f"token; KV {profile['engine']['kv_capacity_tokens']:,} tokens"
     )
     if "per_cached_attention" in it:
-        switch = profile["fit"].get("cached_attention_switch")
+        switch, below = profile["fit"].get("cached_attention_switch"), it.get("cached_attention_below")
         where = (
-            f" for chunks under {switch['below']} new tokens (slow at {switch['slow_at']}, "
-            f"not at {switch['fast_at']})"
+            f" for chunks under {below} new tokens (slow at {switch['slow_at']}, not at {switch['fast_at']})"
             if switch
             else ""
         )
@@ -194,7 +193,7 @@ def _calibrate_engine(records, name, out, kv_capacity, max_running, bootstrap, s
         if switch and switch["fast_at"] > 2 * switch["slow_at"]:
             err.print(
                 f"warning: the cached-prefix rate switches somewhere between {switch['slow_at']} and "
-                f"{switch['fast_at']} new tokens and is set at {switch['below']}: appends between "
+                f"{switch['fast_at']} new tokens and is set at {below}: appends between "
                 "them are priced by a guess; probe sizes between them (probe openai --appends)."
             )
     for key, row in profile["fit"].items():

@@ -335,6 +335,7 @@ def _validate_engine(
     """``validate --engine``: the agent loop on a real server vs its simulation."""
     from ..calibration.validate_engine import agent_scenario, compare_engine, real_agent_loop, speed_check
     from ..calibration.validate_engine import record as keep
+    from ..scenario import load_engine_profile
 
     if not base_url:
         raise InputError("validate --engine: give --base-url of the server and --profile of its engine.")
@@ -343,7 +344,7 @@ def _validate_engine(
     )
     import pandas as pd
 
-    _warn_if_pinned_otherwise(profile, pin)
+    _warn_if_pinned_otherwise(profile, load_engine_profile(profile).provenance, pin)
     server = _server(base_url, model, api_key_env)
     server.check()  # an unreachable URL or a refused key before any timing
     runs, speed = _checked_runs(
@@ -362,14 +363,10 @@ def _validate_engine(
               notes=[note])  # fmt: skip
 
 
-def _warn_if_pinned_otherwise(profile: Path, pin: bool) -> None:
+def _warn_if_pinned_otherwise(profile: Path, provenance: dict, pin: bool) -> None:
     """A warning when the profile's probe kept its clients to slots (``probe openai --pin-slots``)
     and this validation does not, or the other way round (profiles that do not say: none)."""
-    import yaml
-
-    data = yaml.safe_load(profile.read_text())  # read cleanly before: load_engine_profile
-    prov = data.get("provenance") if isinstance(data, dict) else None
-    pinned = prov.get("pinned_slots") if isinstance(prov, dict) else None
+    pinned = provenance.get("pinned_slots")
     if not isinstance(pinned, bool) or pinned == pin:
         return
     how = ("with", "without") if pinned else ("without", "with")
@@ -392,8 +389,9 @@ def _validate_iterations(
 
     if not base_url:
         raise InputError("validate --engine --iterations: give --base-url of the server.")
-    engine = Engine.model_validate(load_engine_profile(profile).engine)
-    _warn_if_pinned_otherwise(profile, pin_slots)
+    prof = load_engine_profile(profile)
+    engine = Engine.model_validate(prof.engine)
+    _warn_if_pinned_otherwise(profile, prof.provenance, pin_slots)
     server = _server(base_url, model, api_key_env)
     plan = IterationPlan(decodes=tuple(levels), seed=seed, pin_slots=pin_slots)
     table = iteration_check(server, engine, plan, extra)

@@ -171,14 +171,15 @@ def test_the_fit_reads_the_append_size_where_the_cached_rate_stops():
     fitted = fit_engine(base + shared_pairs(truth))
     it = fitted["engine"]["iteration"]
     # slow at 32, not at 64: the switch at the smallest fast size
-    assert fitted["fit"]["cached_attention_switch"] == {"slow_at": 32, "fast_at": 64, "below": 64}
+    assert fitted["fit"]["cached_attention_switch"] == {"slow_at": 32, "fast_at": 64}
     assert it["cached_attention_below"] == 64
     assert it["per_cached_attention"] == pytest.approx(1.2e-5, rel=0.05)
     for size in (16, 32, 64, 128):  # every size's resumed pairs now on the model
         assert abs(fitted["fit"][f"resumed_c1_p{1024 + size}"]["ttft_rel_error"]) < 0.03, size
     # two sizes far apart: the switch at the fast one, and the gap said (calibrate warns of it)
     wide = fit_engine(base + shared_pairs(truth, sizes=(32, 128)))
-    assert wide["fit"]["cached_attention_switch"] == {"slow_at": 32, "fast_at": 128, "below": 128}
+    assert wide["fit"]["cached_attention_switch"] == {"slow_at": 32, "fast_at": 128}
+    assert wide["engine"]["iteration"]["cached_attention_below"] == 128
     off = fit_engine(base + shared_pairs(truth), cached_attention=False)["engine"]["iteration"]
     assert "per_cached_attention" not in off and "cached_attention_below" not in off
     for pairs in (shared_pairs(truth, sizes=(32,)), shared_pairs(TRUE), shared_pairs(truth, sizes=(16, 32))):
