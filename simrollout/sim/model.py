@@ -22,22 +22,22 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from ..metrics import Accumulator
 from ..rng import stream
 from ..scenario import Scenario, Substrate
-from ..workload import CHUNK, Work
-from .body_fast import FastBody
 from .body_steps import StepBody
+from .body_trajectory import FastBody
 from .chunks import ChunkRows
 from .fleet import Fleet
 from .inference import InferenceTier
 from .load import BodyLoad
+from .metrics import Accumulator
 from .records import Records
 from .sandbox import SandboxLifecycle
 from .segments import Segments
 from .serving import ServingTier
 from .serving_pilot import Pilot
 from .steady import Steady
+from .workload_draws import CHUNK, Work
 
 
 class Cell(ChunkRows, SandboxLifecycle, StepBody, FastBody, Segments, BodyLoad):

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..rng import stream
-from ..substrate_draws import first_failure
-from ..workload import CHUNK
 from .records import CANCELLED, FAILED, LOST, OK
+from .substrate_draws import first_failure
+from .workload_draws import CHUNK
 
 
 @dataclass(slots=True)
