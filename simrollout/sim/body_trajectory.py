@@ -13,10 +13,10 @@ from .segments import AT_RISK
 from .workload_draws import CHUNK
 
 
-class FastBody:
+class TrajectoryBody:
     """The trajectory engine's body of a :class:`simrollout.sim.model.Cell` (a part of it)."""
 
-    def _body_fast(self, i: int, host: int, deadline: float, fail_call: int, t0: float):
+    def _body_trajectory(self, i: int, host: int, deadline: float, fail_call: int, t0: float):
         """The body as few timeouts: ``(status, generation, steps done, body time, exec overhead)``."""
         env, st = self.env, self._chunks[i // CHUNK]
         j = i - st.lo

@@ -20,12 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CODE = (
     "simrollout/sim",
     "simrollout/scenario",
-    "simrollout/distributions/contention.py",
     "simrollout/distributions",
-    "simrollout/sim/workload_draws.py",
-    "simrollout/sim/substrate_draws.py",
     "simrollout/whatif/uncertainty.py",
-    "simrollout/distributions/families.py",
     "simrollout/calibration/load_curves.py",
     "simrollout/calibration/fit.py",
     "simrollout/calibration/calibrate.py",
