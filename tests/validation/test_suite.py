@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simrollout.calibration import suite_report
+from simrollout.validation import suite_report
 from simrollout.validation.suite import (
     HeldOutCell,
     HeldOutWorkload,

@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from simrollout.calibration import suite_report
 from simrollout.calibration.backends import get_backend
 from simrollout.sim.workload_draws import draw_work
+from simrollout.validation import suite_report
 from simrollout.validation.suite import HeldOutCell, HeldOutWorkload, SuitePlan, rows_table, run_suite
 from simrollout.validation.suite_docker import DockerTarget, docker_notes
 from simrollout.validation.suite_stats import precision, verdict
