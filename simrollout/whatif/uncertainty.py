@@ -8,9 +8,11 @@ the band is the 5th to 95th percentile over the refits, written beside the point
 and ``<metric>_hi``, with a ``band`` column saying where it came from. A substrate without refits
 (public figures, a scenario's own numbers) gets no band, and ``band`` says why.
 
-The band is the projection's input uncertainty (how far the probe's finite sample and the
-machine's drift during it leave the fit; Barton & Schruben 2001), not the model's error against a
-real rollout and not the simulation's own noise (see ``<metric>_ci95`` over replications).
+The refits give the projection's input uncertainty (how far the probe's finite sample and the
+machine's drift during it leave the fit; Barton & Schruben 2001), kept as ``<metric>_input_lo`` /
+``_input_hi``; the band itself also holds the model's own error against real rollouts
+(:mod:`.model_band`, from the validation suites' held-out residuals), not the simulation's own
+noise (see ``<metric>_ci95`` over replications).
 
 Scenarios of more than :data:`SUBSAMPLE` trajectories (without a training loop) re-simulate the
 refits on a sub-sample of that many (at least ten per rollout worker), with the point fit run
@@ -29,6 +31,7 @@ from ..scenario import Scenario, Substrate, load_profile
 from ..scenario.base import merge
 from ..scenario.files import _resolve
 from ..validation.verdicts import resolved_fidelity
+from .model_band import widen
 from .sweeps import base_dict, set_path
 
 BANDED = ("worker_hours", "makespan_hours", "duration_p50", "duration_p99", "completed_duration_p50",
@@ -252,12 +255,14 @@ def attach(scn: Scenario, summary: pd.DataFrame, runs: list[tuple[int, int | Non
                 else:
                     lo, hi = float(out.at[r, m]) * np.percentile(vals / base, [LO, HI])
                 out.at[r, f"{m}_lo"], out.at[r, f"{m}_hi"] = float(lo), float(hi)
-    return _beside(out, metrics)
+    return _beside(widen(scn, out, metrics), metrics)
 
 
 def _beside(df: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    """``df`` with each metric's ``_lo`` and ``_hi`` right after it (and its ``_ci95``)."""
-    added = {c for m in metrics for c in (f"{m}_lo", f"{m}_hi")}
+    """``df`` with each metric's ``_lo`` and ``_hi`` (and its input band's) right after it (and its
+    ``_ci95``)."""
+    parts = ("_lo", "_hi", "_input_lo", "_input_hi")
+    added = {f"{m}{p}" for m in metrics for p in parts if f"{m}{p}" in df.columns}
     order = []
     for c in df.columns:
         if c in added:
@@ -265,7 +270,7 @@ def _beside(df: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
         order.append(c)
         m = c[: -len("_ci95")] if c.endswith("_ci95") else c
         if m in metrics and (c.endswith("_ci95") or f"{m}_ci95" not in df.columns):
-            order += [f"{m}_lo", f"{m}_hi"]
+            order += [f"{m}{p}" for p in parts if f"{m}{p}" in df.columns]
     return df[order]
 
 

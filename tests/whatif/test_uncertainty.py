@@ -55,10 +55,14 @@ def test_refits_equal_to_the_point_give_a_band_of_zero_width_common_random_numbe
     scn = scenario_from_dict(scenario({"profile": "p.yaml"}, tmp_path), tmp_path / "s.yaml")
     s = run_with_bands(scn, jobs=1).summary.iloc[0]
     for m in METRICS + ("duration_p99", "cost_usd"):  # the same streams in every refit: the same numbers
-        assert s[f"{m}_lo"] == pytest.approx(s[m], rel=1e-12) and s[f"{m}_hi"] == pytest.approx(
+        assert s[f"{m}_input_lo"] == pytest.approx(s[m], rel=1e-12) and s[f"{m}_input_hi"] == pytest.approx(
             s[m], rel=1e-12
         )
-    assert s.band == "bootstrap B=3"
+        assert (
+            s[f"{m}_lo"] < s[m] < s[f"{m}_hi"] or s[m] == 0
+        )  # the band holds the model's error all the same
+    assert s.band.startswith("bootstrap B=3; model error at 90%: no held-out residuals for a synthetic")
+    assert s.band_dominant == "model error"
 
 
 def test_bands_cover_the_true_substrates_metrics_on_the_synthetic_substrate(tmp_path):
@@ -74,7 +78,7 @@ def test_bands_cover_the_true_substrates_metrics_on_the_synthetic_substrate(tmp_
         scn = scenario_from_dict(scenario({"profile": f"p{seed}.yaml"}, tmp_path), tmp_path / "s.yaml")
         s = run_with_bands(scn, jobs=1).summary.iloc[0]
         for m in METRICS:
-            hits[m].append(bool(s[f"{m}_lo"] <= truth[m] <= s[f"{m}_hi"]))
+            hits[m].append(bool(s[f"{m}_input_lo"] <= truth[m] <= s[f"{m}_input_hi"]))
     coverage = {m: float(np.mean(v)) for m, v in hits.items()}
     print(f"coverage over 50 seeds: {coverage}")
     assert all(c >= 0.85 for c in coverage.values()), coverage
@@ -103,8 +107,11 @@ def test_run_uncertainty_cli_writes_bands_beside_the_metrics(tmp_path):
         assert mine[f"{m}_lo"] <= mine[m] <= mine[f"{m}_hi"], m
         assert mine[f"{m}_lo"] < mine[f"{m}_hi"], m
         assert cols.index(f"{m}_lo") == cols.index(f"{m}_ci95") + 1  # beside the metric and its CI
-        assert np.isnan(inline[f"{m}_lo"])
-    assert mine.band == "bootstrap B=8" and inline.band.startswith("none: public figures")
+        assert np.isnan(inline[f"{m}_input_lo"])
+        assert inline[f"{m}_lo"] < inline[m] < inline[f"{m}_hi"] or inline[m] == inline[f"{m}_lo"] == 0
+    assert mine.band.startswith("bootstrap B=8; model error") and inline.band.startswith(
+        "none: public figures"
+    )
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())["summary"]
     assert {"worker_hours_lo", "worker_hours_hi", "band"} <= set(summary[0])
     assert "bootstrap B=8" in res.stdout and " [" in res.stdout  # the table shows the band
@@ -117,8 +124,12 @@ def test_a_scenario_of_public_figures_says_it_has_no_band(tmp_path):
     assert uncertainty.variants(scn) == []  # nothing to re-simulate: a plain run's cost
     small = load_scenario(ROOT / "scenarios" / "small.yaml")
     res = run_with_bands(small, jobs=1)
-    assert set(res.summary.band) == {"none: public figures (the scenario's own numbers)"}
-    assert res.summary.worker_hours_lo.isna().all()
+    assert all(
+        b.startswith("none: public figures (the scenario's own numbers); model error")
+        for b in res.summary.band
+    )
+    assert res.summary.worker_hours_input_lo.isna().all()  # no refits, and the model's error alone:
+    assert (res.summary.worker_hours_lo < res.summary.worker_hours).all()
 
 
 def test_a_large_run_is_banded_from_a_sub_sample_and_says_so(tmp_path, monkeypatch):
@@ -141,7 +152,7 @@ def test_sweep_bands_each_grid_point(tmp_path):
 
     sets = {"cluster.concurrency": [2, 6]}
     df = sweep_with_bands(scn, sets, sweep(scn, sets, jobs=1), jobs=1)
-    assert len(df) == 2 and (df.band == "bootstrap B=5").all()
+    assert len(df) == 2 and df.band.str.startswith("bootstrap B=5; model error").all()
     assert (df.makespan_hours_lo <= df.makespan_hours).all() and (
         df.makespan_hours <= df.makespan_hours_hi
     ).all()
