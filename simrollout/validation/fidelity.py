@@ -139,6 +139,8 @@ def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
         sub["contention"] = {**sub["contention"], "weights": weights}
     elif row.extra == "shared":  # creates and teardowns share the host (contention.shared)
         sub["contention"] = {**sub["contention"], "shared": True}
+    elif row.extra == "in_order":  # ... and the creates are served in arrival order
+        sub["contention"] = {**sub["contention"], "shared": True, "creates": "in_order"}
     elif row.extra == "failures":
         sub["failures"] = {"create": 0.05, "exec": 0.002, "teardown": 0.01}
         pol.update(retries=2, retry_backoff=1.0)
@@ -159,14 +161,19 @@ def matrix() -> list[Row]:
     """Every policy under every load, and warm pool, failures, timeouts, task images (with and
     without a prefetching pool), sandbox reuse and client-scoped contention under both extremes;
     serving engines; host contention with operations weighed by phase, and with creates and
-    teardowns sharing the host; async runs long enough for a steady state of one wait per
-    trajectory, under every load."""
+    teardowns sharing the host (their creates together, or in arrival order); async runs long
+    enough for a steady state of one wait per trajectory, under every load."""
     rows = [Row(p, ld) for p in ("async", "sync", "poisson") for ld in LOADS]
     extras = ("warm_pool", "failures", "timeouts", "images", "prefetch", "reuse", "clients")
     rows += [Row(p, ld, x) for x in extras for p in ("async", "sync") for ld in ("none", "both")]
     rows += [Row(p, ld, "tokens") for p in ("async", "sync", "poisson") for ld in ("none", "tier", "both")]
     rows += [Row(p, "host", "weights") for p in ("async", "sync", "poisson")]
-    rows += [Row(p, ld, "shared") for p in ("async", "sync", "poisson") for ld in ("host", "both")]
+    rows += [
+        Row(p, ld, x)
+        for x in ("shared", "in_order")
+        for p in ("async", "sync", "poisson")
+        for ld in ("host", "both")
+    ]
     # long enough for a steady state waited one trajectory at a time (simrollout.sim.steady)
     long = [("host", ""), ("tier", ""), ("both", ""), ("both", "failures"), ("both", "timeouts"),
             ("both", "clients"), ("host", "weights"), ("tier", "tokens"), ("both", "tokens")]  # fmt: skip

@@ -76,6 +76,7 @@ def row_of(scn: Scenario) -> tuple[str, str, set[str]]:
         "warm_pool": pol.warm_pool > 0,
         "clients": any(c.scope == "client" for c in con),
         "shared": any(c.shared for c in con),
+        "in_order": any(c.creates == "in_order" for c in con),
         "weights": any(c.weights for c in con),
         "timeouts": pol.timeout is not None,
         "failures": any(s.failures != type(s.failures)() for s in sub),
