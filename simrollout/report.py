@@ -47,14 +47,16 @@ TRAINING = [
     ("training_steps_per_day", "steps/day", "{:,.0f}"),
     ("training_hours", "to finish h", "{:,.2f}"),
     ("step_seconds_mean", "step s", "{:,.1f}"),
-    ("step_generation_seconds", "gen s", "{:,.1f}"),
+    ("step_rollout_seconds", "rollout s", "{:,.1f}"),
     ("step_last_group_seconds", "last group s", "{:,.1f}"),
     ("step_train_seconds", "train s", "{:,.1f}"),
     ("step_sync_seconds", "sync s", "{:,.1f}"),
     ("trainer_idle_fraction", "trainer idle", "{:.0%}"),
-    ("inference_idle_fraction", "engine idle", "{:.0%}"),
+    ("inference_idle_fraction", "rollouter idle", "{:.0%}"),
     ("staleness_p99", "stale p99", "{:.0f}"),
     ("staleness_max", "stale max", "{:.0f}"),
+    ("stale_samples_trained", "stale used", "{:,d}"),
+    ("partial_samples_trained", "partial", "{:,d}"),
     ("masked_samples", "masked", "{:,d}"),
     ("discarded_samples", "discarded", "{:,d}"),
     ("discarded_worker_hours", "discarded worker-h", "{:,.2f}"),
@@ -173,11 +175,13 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
                 style="bold red",
             )
         console.print(
-            "step s = generation + last group (waiting from the trained samples' mean end to the "
-            "last group) + train + sync; idle: trainer GPUs not training or syncing, engine capacity "
+            "step s = rollout (the trainer waiting for its groups, the phase frameworks report as gen) "
+            "+ train + sync; last group: the part of it from the trained samples' mean end to the last "
+            "group; idle: trainer GPUs not training or syncing, engine capacity "
             "unused while they could generate (in tokens: KV cache not held by running requests; in "
             "seconds: no request); discarded: over-sampled, filtered, stale, "
-            "failed groups and groups left at the end (docs/model.md).",
+            "failed groups and groups left at the end; stale used: trained samples started under an older "
+            "version; partial: trained samples whose generation crossed a weight sync (docs/model.md).",
             style="dim",
         )
 

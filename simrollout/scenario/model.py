@@ -20,6 +20,7 @@ from .route import training_route
 from .substrate import (
     Substrate,
 )
+from .trainer import FlopsTime
 from .training import LinearTime, Training
 from .workload import Workload
 
@@ -84,6 +85,19 @@ class Scenario(_Model):
                 "training.train_time.per_token prices the tokens trained on, which needs a token "
                 "workload (workload.tokens); with llm_time in seconds use per_step"
             )
+        if isinstance(tt, FlopsTime):
+            tokens = self.workload.tokens is not None
+            if tokens == (tt.tokens_per_turn is not None):
+                raise ValueError(
+                    "training.train_time kind 'flops' trains on tokens: a token workload counts them "
+                    "(drop tokens_per_turn); with llm_time in seconds give tokens_per_turn (the tokens "
+                    "trained per generated turn)"
+                )
+            if self.training.placement == "colocated" and self.cluster.inference is None:
+                raise ValueError(
+                    "training.train_time kind 'flops' with placement 'colocated' trains on the "
+                    "engines' GPUs: give cluster.inference (engines, and engine.gpus per engine)"
+                )
         return self
 
     @model_validator(mode="after")
