@@ -40,6 +40,10 @@ TABLE = [
 ]
 
 
+# what a workload without sandboxes leaves out of the tables
+SANDBOX_COLUMNS = {"substrate", "worker_hours", "sandbox_hours", "cold_start_p50", "cold_start_p99",
+                   "sandbox_cost_usd", "discarded_worker_hours"}  # fmt: skip
+
 TRAINING = [
     ("substrate", "substrate", "{}"),
     ("concurrency", "conc.", "{:d}"),
@@ -127,6 +131,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         title += f"; {lo if lo == hi else f'{lo}-{hi}'} of trajectories waited at once in the steady state"
     when_any = ("retries", "cancelled")
     cols = [c for c in TABLE if c[0] not in when_any or result.summary.get(c[0], pd.Series([0])).sum() > 0]
+    if scn.sandboxless:  # single-turn RL: no sandbox, so no sandbox columns
+        cols = [c for c in cols if c[0] not in SANDBOX_COLUMNS]
     t = _table(title, cols, result.summary)
     console.print(t)
     if "band" in result.summary:  # run --uncertainty: where each substrate's band comes from
@@ -165,7 +171,10 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
             f"{tr.steps:,} steps, {tr.placement}"
             + (f", max staleness {tr.max_staleness}" if tr.mode == "async" else "")
         )
-        console.print(_table(title, TRAINING, result.summary))
+        cols = [c for c in TRAINING if not (scn.sandboxless and c[0] in SANDBOX_COLUMNS)]
+        if scn.workload.tokens is not None and scn.workload.tokens.max_tokens:
+            cols.append(("truncated_samples", "truncated", "{:,d}"))
+        console.print(_table(title, cols, result.summary))
         short = result.summary[result.summary.training_steps_done < tr.steps]
         for _, row in short.iterrows():
             console.print(

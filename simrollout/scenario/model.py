@@ -24,6 +24,9 @@ from .trainer import FlopsTime
 from .training import LinearTime, Training
 from .workload import Workload
 
+# the substrate of a workload without sandboxes: nothing to create, run or tear down
+NO_SANDBOX = {"name": "none", "cold_start": 0, "exec_overhead": 0, "teardown": 0}
+
 
 class Scenario(_Model):
     version: Literal[1]
@@ -38,6 +41,21 @@ class Scenario(_Model):
     arrivals: Arrivals = Arrivals()
     training: Training | None = None
     _source: str = PrivateAttr("<scenario>")  # the file it came from, for error messages
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sandboxless(cls, data):
+        """No substrates and no tools: one sandbox-free substrate, ``none``, that costs no time."""
+        if isinstance(data, dict) and "substrates" not in data:
+            wl = data.get("workload")
+            if isinstance(wl, dict) and not wl.get("tools") and not wl.get("replay"):
+                data = {**data, "substrates": [NO_SANDBOX]}
+        return data
+
+    @property
+    def sandboxless(self) -> bool:
+        """The workload runs no sandbox (single-turn RL: math, code without tools)."""
+        return [s.name for s in self.substrates] == [NO_SANDBOX["name"]] and not self.workload.tools
 
     @field_validator("substrates")
     @classmethod

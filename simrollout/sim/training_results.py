@@ -40,6 +40,19 @@ class LoopResults:
         off = w.step_off[idx].astype(np.int64)
         return w.prompt[idx] + self._token_cum[off + self.steps_done[idx]] - self._token_cum[off]
 
+    def truncated(self, idx: np.ndarray) -> int:
+        """Samples among ``idx`` with a turn cut at ``workload.tokens.max_tokens`` (a response at
+        the cap counts, as verl's clip ratio counts it)."""
+        tok, w = self.cell.scn.workload.tokens, self.cell.work
+        if tok is None or not tok.max_tokens or not idx.size:
+            return 0
+        n = self.steps_done[idx]
+        first = np.repeat(w.step_off[idx].astype(np.int64), n)
+        turn = first + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        x = np.repeat(self.cell.task_scale[idx], n)
+        cut = np.rint(w.step_output[turn] * x) >= tok.max_tokens
+        return int(np.unique(np.repeat(idx, n)[cut]).size)
+
     def _trainer_busy(self) -> float:
         """Seconds the trainer spent training and syncing weights."""
         return float(sum(x.train + x.sync for x in self.steps))
@@ -100,6 +113,7 @@ class LoopResults:
             "trained_samples": samples,
             "stale_samples_trained": int(col("stale_samples").sum()) if done else 0,
             "partial_samples_trained": int(col("partial_samples").sum()) if done else 0,
+            "truncated_samples": self.truncated(np.asarray(self.trained_members, dtype=np.int64)),
             "masked_samples": masked,
             "useful_trajectories_per_hour": (samples - masked) / T * 3600 if done else nan,
             "steps_under_newer_version": self.gen_steps[1] / generated if generated else 0.0,

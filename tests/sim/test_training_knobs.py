@@ -176,3 +176,49 @@ def _without(d: dict, key: str) -> dict:
 def test_bad_knobs_are_refused_naming_the_field(training, message):
     with pytest.raises(InputError, match=message):
         scenario(training)
+
+
+def _single_turn(max_tokens: int | None) -> dict:
+    """Single-turn RL (math): no tools, no substrate; 16 engines, one request each, a turn of
+    ``o`` output tokens taking ``o`` iterations of 10 ms (the prefill's chunk yields the first)."""
+    tokens = {"prompt": 200, "appended": 0, "output": 100}
+    if max_tokens:
+        tokens["max_tokens"] = max_tokens
+    engine = {"iteration": {"base": 0.01, "per_prefill_token": 0.0}, "kv_capacity_tokens": 10_000}
+    return {
+        "version": 1,
+        "workload": {"steps": 1, "tokens": tokens},
+        "cluster": {
+            "concurrency": 16,
+            "inference": {"engines": 16, "engine": engine, "routing": "least_loaded"},
+        },
+        "training": {
+            "prompts_per_step": 4,
+            "samples_per_prompt": 4,
+            "steps": 3,
+            "train_time": 7,
+            "weight_sync_time": 3,
+        },  # fmt: skip
+    }
+
+
+@pytest.mark.parametrize(("cap", "turn", "truncated"), [(None, 1.0, 0), (60, 0.6, 48)])
+def test_single_turn_token_workload_runs_without_tools_or_substrate(cap, turn, truncated):
+    from simrollout.runner import CellKey, run_cell
+    from simrollout.scenario import scenario_from_dict
+
+    scn = scenario_from_dict(_single_turn(cap))
+    assert scn.sandboxless and scn.workload.calls_per_step.mean() == 0
+    summary, _ = run_cell(scn, CellKey(0, 16, 0))
+    assert summary["step_seconds_mean"] == pytest.approx(turn + 7 + 3)
+    assert summary["truncated_samples"] == truncated
+    assert summary["sandbox_hours"] == 0
+
+
+def test_tool_calls_without_tools_are_refused():
+    d = _single_turn(None)
+    d["workload"]["calls_per_step"] = 1
+    with pytest.raises(InputError, match="no tools are given"):
+        from simrollout.scenario import scenario_from_dict
+
+        scenario_from_dict(d)
