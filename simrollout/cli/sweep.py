@@ -33,10 +33,10 @@ def sweep(
     ),
 ) -> None:
     """Run a grid over any scenario fields; one row per cell, plots against concurrency."""
-    from ..plots import plot_sweep
+    from ..run.plots import plot_sweep
     from ..scenario import load_scenario
-    from ..sweeps import parse_set
-    from ..sweeps import sweep as run_sweep
+    from ..whatif.sweeps import parse_set
+    from ..whatif.sweeps import sweep as run_sweep
 
     scn = load_scenario(scenario)
     sets = dict(parse_set(s) for s in set_)
@@ -53,7 +53,7 @@ def sweep(
             progress=_ticker(bar, task),
         )
         if uncertainty:
-            from ..uncertainty import sweep_with_bands
+            from ..whatif.uncertainty import sweep_with_bands
 
             df = sweep_with_bands(scn, sets, df, executor, jobs, address)
     with atomic_folder(out) as tmp:

@@ -13,7 +13,7 @@ from ..scenario import FlopsTime, LinearTime, TransferTime
 
 if TYPE_CHECKING:
     from ..scenario import Scenario
-    from .training import TrainingLoop
+    from .training_results import LoopResults
 
 
 def train_gpus(scn: Scenario) -> int:
@@ -29,7 +29,7 @@ def train_gpus(scn: Scenario) -> int:
 class TrainerClock:
     """Seconds of the loop's updates and weight syncs."""
 
-    def __init__(self, loop: TrainingLoop):
+    def __init__(self, loop: LoopResults):  # the loop (its tr, cell, steps_done, seed and rep)
         self.loop, self.tr = loop, loop.tr
         self.gpus = train_gpus(loop.cell.scn)
 

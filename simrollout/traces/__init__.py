@@ -4,12 +4,12 @@ replays. Formats and the fields taken from each: docs/scenario.md, "Workloads fr
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 from ..errors import InputError
+from .formats import FORMATS, reader_module
 from .model import Problems, TraceSet
-
-FORMATS = ("tracelab", "atif", "verifiers", "swe-agent", "mini-swe-agent")
 
 
 def read_trace(
@@ -22,21 +22,13 @@ def read_trace(
     """Read trace files of one format; refuse or skip-and-count bad rows per ``on_bad``.
     ``human``: ``exclude`` leaves human-paced gaps out (reported apart); ``include`` adds each to
     the LLM time of the step it precedes (the agent waited)."""
-    from . import atif, mini_swe_agent, swe_agent, tracelab, verifiers
-
-    readers = {
-        "tracelab": tracelab,
-        "atif": atif,
-        "verifiers": verifiers,
-        "swe-agent": swe_agent,
-        "mini-swe-agent": mini_swe_agent,
-    }
-    if fmt not in readers:
+    if fmt not in FORMATS:
         raise InputError(f"trace format '{fmt}': expected one of {list(FORMATS)}.")
     if not paths:
         raise InputError("give at least one trace file.")
     problems = Problems(on_bad)
-    ts = readers[fmt].read([Path(p) for p in paths], problems, tool_map)
+    reader = importlib.import_module(f".{reader_module(fmt)}", __name__)
+    ts = reader.read([Path(p) for p in paths], problems, tool_map)
     if not ts.trajectories:
         skipped = ", ".join(f"{c}: {n}" for c, n in sorted(problems.skipped.items())) or "none"
         first = next(iter(problems.examples.values()), "")

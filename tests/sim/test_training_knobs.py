@@ -204,7 +204,7 @@ def _single_turn(max_tokens: int | None) -> dict:
 
 @pytest.mark.parametrize(("cap", "turn", "truncated"), [(None, 1.0, 0), (60, 0.6, 48)])
 def test_single_turn_token_workload_runs_without_tools_or_substrate(cap, turn, truncated):
-    from simrollout.runner import CellKey, run_cell
+    from simrollout.run.runner import CellKey, run_cell
     from simrollout.scenario import scenario_from_dict
 
     scn = scenario_from_dict(_single_turn(cap))
