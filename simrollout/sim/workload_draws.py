@@ -175,10 +175,11 @@ def _draw_chunk(
 def _tokens(tok, rng: np.random.Generator, m: int, n_steps: int) -> dict[str, np.ndarray]:
     """Token counts: the prompt per trajectory, appended and output tokens per step (the output
     capped at ``max_tokens``)."""
-    out = _counts(tok.output, rng, n_steps, 1)
+    prompt, append = _counts(tok.prompt, rng, m, 0), _counts(tok.appended, rng, n_steps, 0)
+    out = _counts(tok.output, rng, n_steps, 1)  # drawn in this order: same seed, same numbers
     return {
-        "prompt": _counts(tok.prompt, rng, m, 0),
-        "step_append": _counts(tok.appended, rng, n_steps, 0),
+        "prompt": prompt,
+        "step_append": append,
         "step_output": np.minimum(out, tok.max_tokens) if tok.max_tokens else out,
     }
 
