@@ -82,5 +82,5 @@ def sweep(
     typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     if uncertainty:
         bands = "; ".join(f"{k}: {v}" for k, v in dict(zip(df.substrate, df.band)).items())
-        typer.echo(f"bands [5th-95th percentile over the profiles' refits]: {bands}")
+        typer.echo(f"bands [90%: the profiles' refits and the model's error, in quadrature]: {bands}")
     typer.echo(f"wrote sweep.csv, sweep.parquet and {len(paths)} plots to {out}/")

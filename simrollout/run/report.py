@@ -138,8 +138,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     if "band" in result.summary:  # run --uncertainty: where each substrate's band comes from
         bands = dict(zip(result.summary.substrate, result.summary.band))
         console.print(
-            "bands [5th-95th percentile over the profile's refits, common random numbers]: "
-            + "; ".join(f"{k}: {v}" for k, v in bands.items()),
+            "bands [90%: the profile's refits, 5th-95th percentile with common random numbers, and the "
+            "model's error, in quadrature]: " + "; ".join(f"{k}: {v}" for k, v in bands.items()),
         )
     console.print(
         "worker-h: infrastructure worker-hours (the Rollout Infrastructure Tax paper's definition: "

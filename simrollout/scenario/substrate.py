@@ -70,6 +70,19 @@ class Contention(_Model):
     # left alone speeds up (execs keep the multiplier at their start). ``calibrate`` fits such
     # curves on the load averaged over each operation's life.
     shared: bool = False
+    # with ``shared``, how the creates in flight divide the domain's create capacity (the sum of
+    # their sharing rates): ``together``, each its share, so a burst's creates finish together;
+    # ``in_order``, the oldest first (a control plane that serves creates in arrival order, as
+    # Docker's daemon does), so a burst's creates finish one after another at the same throughput
+    creates: Literal["together", "in_order"] = "together"
+
+    @model_validator(mode="after")
+    def _in_order_shares(self):
+        if self.creates == "in_order" and not self.shared:
+            raise ValueError(
+                "creates 'in_order' divides the shared capacity of creates: it needs shared: true"
+            )
+        return self
 
     @model_validator(mode="after")
     def _others_only(self):

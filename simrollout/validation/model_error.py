@@ -127,6 +127,52 @@ def coverage(df: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
     })  # fmt: skip
 
 
+def first_seen(path: Path, entry: dict) -> pd.DataFrame:
+    """``path`` (``residuals.csv``) with ``entry``'s cells (a suite's record of one target) added
+    where its workload was never measured before: a sitting counts as held out once, as first
+    measured; its repeats and refits are model-choice data. Written back when it grew."""
+    old = read_residuals(path) if path.is_file() else pd.DataFrame(columns=COLUMNS)
+    known = set(zip(old.target, old.workload))
+    t = entry["target"]
+    new = [
+        {"target": t, "sitting": f"{t}/{c['workload']}", "date": entry["date"][:10],
+         "workload": c["workload"], "level": c["level"], "metric": c["metric"], "target_pct": c["target_pct"],
+         "real_mean": c["real_mean"], "simulated": c["simulated"], "sim_lo": c.get("sim_lo"),
+         "sim_hi": c.get("sim_hi")}
+        for c in entry.get("cells", []) if (t, c["workload"]) not in known
+    ]  # fmt: skip
+    if not new:
+        return old
+    out = pd.concat([old, pd.DataFrame(new, columns=COLUMNS)], ignore_index=True)
+    out.to_csv(path, index=False, float_format="%.6g")
+    return out
+
+
+def report_lines(df: pd.DataFrame, level: float = LEVEL) -> list[str]:
+    """REPORT.md's section on the bands with the model's error: held-out coverage and width."""
+    cov = coverage(df, level)
+    term = fit(df, level)["targets"]
+    lines = [
+        "## Bands with the model's error",
+        "",
+        f"Every band of `run --uncertainty` adds the model's own error to the input uncertainty: the "
+        f"split-conformal {level:.0%} quantile of the held-out residuals (`validation/residuals.csv`, each "
+        "sitting's cells as first measured), in units of each metric's target, per target kind. Coverage "
+        "here is leave one sitting out: each sitting's cells against the band of their own input "
+        'uncertainty and the term read from the other sittings alone (docs/model.md, "Bands").',
+        "",
+        "| target | sittings | cell-metrics | term (x target) | held-out coverage | median width | "
+        "input band alone: coverage | median width |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for t, r in cov.iterrows():
+        lines.append(
+            f"| {t} | {int(r.sittings)} | {int(r.cell_metrics)} | {term[t]['q']:.2f} | {r.coverage:.0%} | "
+            f"{r.median_width_pct:.0f}% | {r.input_coverage:.0%} | {r.input_median_width_pct:.0f}% |"
+        )
+    return lines
+
+
 def shipped() -> dict:
     """The term a run uses (``model_error.json`` beside this module)."""
     return json.loads(resources.files(__package__).joinpath(SHIPPED).read_text())

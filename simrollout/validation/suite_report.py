@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import model_error
 from .suite_stats import overall, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,7 +161,8 @@ def write(folder: Path, entry: dict) -> None:
     data = read_suite(folder / "suite.json")
     data["targets"][entry["target"]] = _clean(entry)
     (folder / "suite.json").write_text(json.dumps(data, indent=1) + "\n")
-    (folder / "REPORT.md").write_text(report(data))
+    residuals = model_error.first_seen(folder / "residuals.csv", data["targets"][entry["target"]])
+    (folder / "REPORT.md").write_text(report(data, residuals))
     hist = folder / "history.csv"
     row = pd.DataFrame([history_row(data["targets"][entry["target"]])], columns=HISTORY_COLUMNS)
     if hist.is_file():
@@ -263,8 +265,9 @@ def table(entry: dict) -> list[str]:
     return lines
 
 
-def report(data: dict) -> str:
-    """REPORT.md: the suite of every target in ``data`` (``read_suite``)."""
+def report(data: dict, residuals: pd.DataFrame | None = None) -> str:
+    """REPORT.md: the suite of every target in ``data`` (``read_suite``), and the held-out coverage
+    of the bands with the model's error over ``residuals`` (:mod:`.model_error`)."""
     out = [
         "# Validation report",
         "",
@@ -275,4 +278,6 @@ def report(data: dict) -> str:
     for name in ("docker", "engine", *sorted(set(data["targets"]) - {"docker", "engine"})):
         if name in data["targets"]:
             out += [f"## {TITLES.get(name, name)}", "", *table(data["targets"][name]), ""]
+    if residuals is not None and len(residuals):
+        out += [*model_error.report_lines(residuals), ""]
     return "\n".join(out).rstrip() + "\n"

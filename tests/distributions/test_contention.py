@@ -218,3 +218,41 @@ def test_calibrate_reads_shared_phases_over_each_operations_life():
     recs[1]["latency"] = 0.5  # the exec leaves at 0.5: the first create felt 3.5 / 2
     assert in_flight(recs, over_life=True).tolist() == [1.75, 2.0, 2.0]
     assert in_flight(recs, "create", over_life=True).tolist() == [1.5, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("creates, ends", [("together", [3.0, 3.0, 3.0]), ("in_order", [1.0, 2.0, 3.0])])
+def test_a_bursts_creates_finish_together_or_in_arrival_order_at_the_same_throughput(creates, ends):
+    # m(n) = n: the host serves one create a second, however many are in flight. Three arrive
+    # together: shared, each progresses at 1/3 and all end at 3 s; in order, the oldest takes the
+    # whole capacity (3 x 1/3, then 2 x 1/2, then 1) and they end at 1, 2 and 3 s
+    env, fleet = _shared_fleet(create=1.0, shared=True, creates=creates)
+    out: dict = {}
+    for k in range(3):
+        env.process(_timed(env, fleet, "create", 0.0, 1.0, out, k))
+    env.run()
+    assert [out[k][1] for k in range(3)] == pytest.approx(ends)
+    assert fleet.ops == [0]
+
+
+def test_in_order_creates_leave_teardowns_their_share():
+    # m(n) = n, a teardown (base 1) beside two creates (base 1) from 0: three in flight, each
+    # share 1/3; in order the first create takes both creates' shares (2/3), the teardown its own.
+    # At 1.5 the first create is done (1.5 x 2/3) and the teardown half; then two in flight at 1/2
+    # each: the second create (untouched) and the teardown (0.5 left) -> teardown ends at 2.5, the
+    # create has 0.5 done and ends alone at 3.0
+    env, fleet = _shared_fleet(create=1.0, teardown=1.0, shared=True, creates="in_order")
+    out: dict = {}
+    env.process(_timed(env, fleet, "create", 0.0, 1.0, out, "a"))
+    env.process(_timed(env, fleet, "create", 0.0, 1.0, out, "b"))
+    env.process(_timed(env, fleet, "teardown", 0.0, 1.0, out, "t"))
+    env.run()
+    assert [out[k][1] for k in ("a", "t", "b")] == pytest.approx([1.5, 2.5, 3.0])
+
+
+def test_in_order_creates_need_the_shared_capacity():
+    from simrollout.scenario import Substrate
+
+    with pytest.raises(ValueError, match="in_order"):
+        Substrate(
+            name="d", cold_start=1.0, exec_overhead=0.1, teardown=1.0, contention={"creates": "in_order"}
+        )

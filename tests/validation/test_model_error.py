@@ -68,3 +68,17 @@ def test_a_residuals_file_without_its_columns_is_refused(tmp_path):
     (tmp_path / "r.csv").write_text("target,metric\ndocker,makespan\n")
     with pytest.raises(InputError, match=r"r.csv: missing columns \['sitting'"):
         me.read_residuals(tmp_path / "r.csv")
+
+
+def test_a_sitting_is_recorded_as_held_out_once_as_first_measured(tmp_path):
+    cell = {"workload": "w", "level": 8, "metric": "makespan", "target_pct": 10, "real_mean": 2.0,
+            "simulated": 2.2, "sim_lo": 2.1, "sim_hi": 2.3}  # fmt: skip
+    path = tmp_path / "residuals.csv"
+    first = me.first_seen(path, {"target": "docker", "date": "2026-12-05 10:00 UTC", "cells": [cell]})
+    assert len(first) == 1 and first.iloc[0].sitting == "docker/w" and first.iloc[0].simulated == 2.2
+    again = {"target": "docker", "date": "2026-12-06 10:00 UTC", "cells": [{**cell, "simulated": 2.0}]}
+    assert me.first_seen(path, again).simulated.tolist() == [2.2]  # a refit or repeat: not held out
+    other = {"target": "docker", "date": "2026-12-06 10:00 UTC", "cells": [{**cell, "workload": "v"}]}
+    assert len(me.read_residuals(path)) == 1 and len(me.first_seen(path, other)) == 2
+    lines = me.report_lines(me.read_residuals(path))
+    assert lines[0] == "## Bands with the model's error" and lines[-1].startswith("| docker | 2 | 2 |")
