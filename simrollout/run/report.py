@@ -40,6 +40,10 @@ TABLE = [
 ]
 
 
+# what a workload without sandboxes leaves out of the tables
+SANDBOX_COLUMNS = {"substrate", "worker_hours", "sandbox_hours", "cold_start_p50", "cold_start_p99",
+                   "sandbox_cost_usd", "discarded_worker_hours"}  # fmt: skip
+
 TRAINING = [
     ("substrate", "substrate", "{}"),
     ("concurrency", "conc.", "{:d}"),
@@ -47,14 +51,16 @@ TRAINING = [
     ("training_steps_per_day", "steps/day", "{:,.0f}"),
     ("training_hours", "to finish h", "{:,.2f}"),
     ("step_seconds_mean", "step s", "{:,.1f}"),
-    ("step_generation_seconds", "gen s", "{:,.1f}"),
+    ("step_rollout_seconds", "rollout s", "{:,.1f}"),
     ("step_last_group_seconds", "last group s", "{:,.1f}"),
     ("step_train_seconds", "train s", "{:,.1f}"),
     ("step_sync_seconds", "sync s", "{:,.1f}"),
     ("trainer_idle_fraction", "trainer idle", "{:.0%}"),
-    ("inference_idle_fraction", "engine idle", "{:.0%}"),
+    ("inference_idle_fraction", "rollouter idle", "{:.0%}"),
     ("staleness_p99", "stale p99", "{:.0f}"),
     ("staleness_max", "stale max", "{:.0f}"),
+    ("stale_samples_trained", "stale used", "{:,d}"),
+    ("partial_samples_trained", "partial", "{:,d}"),
     ("masked_samples", "masked", "{:,d}"),
     ("discarded_samples", "discarded", "{:,d}"),
     ("discarded_worker_hours", "discarded worker-h", "{:,.2f}"),
@@ -125,6 +131,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         title += f"; {lo if lo == hi else f'{lo}-{hi}'} of trajectories waited at once in the steady state"
     when_any = ("retries", "cancelled")
     cols = [c for c in TABLE if c[0] not in when_any or result.summary.get(c[0], pd.Series([0])).sum() > 0]
+    if scn.sandboxless:  # single-turn RL: no sandbox, so no sandbox columns
+        cols = [c for c in cols if c[0] not in SANDBOX_COLUMNS]
     t = _table(title, cols, result.summary)
     console.print(t)
     if "band" in result.summary:  # run --uncertainty: where each substrate's band comes from
@@ -163,7 +171,10 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
             f"{tr.steps:,} steps, {tr.placement}"
             + (f", max staleness {tr.max_staleness}" if tr.mode == "async" else "")
         )
-        console.print(_table(title, TRAINING, result.summary))
+        cols = [c for c in TRAINING if not (scn.sandboxless and c[0] in SANDBOX_COLUMNS)]
+        if scn.workload.tokens is not None and scn.workload.tokens.max_tokens:
+            cols.append(("truncated_samples", "truncated", "{:,d}"))
+        console.print(_table(title, cols, result.summary))
         short = result.summary[result.summary.training_steps_done < tr.steps]
         for _, row in short.iterrows():
             console.print(
@@ -173,11 +184,13 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
                 style="bold red",
             )
         console.print(
-            "step s = generation + last group (waiting from the trained samples' mean end to the "
-            "last group) + train + sync; idle: trainer GPUs not training or syncing, engine capacity "
+            "step s = rollout (the trainer waiting for its groups, the phase frameworks report as gen) "
+            "+ train + sync; last group: the part of it from the trained samples' mean end to the last "
+            "group; idle: trainer GPUs not training or syncing, engine capacity "
             "unused while they could generate (in tokens: KV cache not held by running requests; in "
             "seconds: no request); discarded: over-sampled, filtered, stale, "
-            "failed groups and groups left at the end (docs/model.md).",
+            "failed groups and groups left at the end; stale used: trained samples started under an older "
+            "version; partial: trained samples whose generation crossed a weight sync (docs/model.md).",
             style="dim",
         )
 

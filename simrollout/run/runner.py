@@ -123,6 +123,8 @@ def run_cell(
         summary["engine_busy_fraction"] = busy / engine_seconds if engine_seconds else 0.0
     elif scn.workload.tokens is not None:
         summary.update(cell.tier.summary(cell.acc.end))
+    if scn.sandboxless:  # no sandbox: the trajectory's wall time holds none
+        summary.update(sandbox_hours=0.0, sandbox_cost_usd=0.0)
     if cell.loop is not None:
         inf = scn.cluster.inference
         cell.loop.adjust(summary, inf)

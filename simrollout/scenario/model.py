@@ -20,8 +20,12 @@ from .cluster import Arrivals, Cluster, Policy
 from .substrate import (
     Substrate,
 )
+from .trainer import FlopsTime
 from .training import LinearTime, Training
 from .workload import Workload
+
+# the substrate of a workload without sandboxes: nothing to create, run or tear down
+NO_SANDBOX = {"name": "none", "cold_start": 0, "exec_overhead": 0, "teardown": 0}
 
 
 class Scenario(_Model):
@@ -37,6 +41,21 @@ class Scenario(_Model):
     arrivals: Arrivals = Arrivals()
     training: Training | None = None
     _source: str = PrivateAttr("<scenario>")  # the file it came from, for error messages
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sandboxless(cls, data):
+        """No substrates and no tools: one sandbox-free substrate, ``none``, that costs no time."""
+        if isinstance(data, dict) and "substrates" not in data:
+            wl = data.get("workload")
+            if isinstance(wl, dict) and not wl.get("tools") and not wl.get("replay"):
+                data = {**data, "substrates": [NO_SANDBOX]}
+        return data
+
+    @property
+    def sandboxless(self) -> bool:
+        """The workload runs no sandbox (single-turn RL: math, code without tools)."""
+        return [s.name for s in self.substrates] == [NO_SANDBOX["name"]] and not self.workload.tools
 
     @field_validator("substrates")
     @classmethod
@@ -84,6 +103,19 @@ class Scenario(_Model):
                 "training.train_time.per_token prices the tokens trained on, which needs a token "
                 "workload (workload.tokens); with llm_time in seconds use per_step"
             )
+        if isinstance(tt, FlopsTime):
+            tokens = self.workload.tokens is not None
+            if tokens == (tt.tokens_per_turn is not None):
+                raise ValueError(
+                    "training.train_time kind 'flops' trains on tokens: a token workload counts them "
+                    "(drop tokens_per_turn); with llm_time in seconds give tokens_per_turn (the tokens "
+                    "trained per generated turn)"
+                )
+            if self.training.placement == "colocated" and self.cluster.inference is None:
+                raise ValueError(
+                    "training.train_time kind 'flops' with placement 'colocated' trains on the "
+                    "engines' GPUs: give cluster.inference (engines, and engine.gpus per engine)"
+                )
         return self
 
     @model_validator(mode="after")

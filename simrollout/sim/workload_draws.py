@@ -18,7 +18,7 @@ import numpy as np
 
 from ..distributions import Component, Mixture
 from ..rng import stream
-from ..scenario import Scenario, Substrate
+from ..scenario import Scenario, Substrate, Tool
 from ..validation.verdicts import resolved_fidelity
 
 CHUNK = 32_768
@@ -27,6 +27,7 @@ KEEP = 0.5  # keep the per-step detail of bodies longer unloaded than this share
 # work is drawn: keep detail as if the load made it this many times longer (else a body near its
 # deadline redraws its chunk)
 TOKEN_LOAD = 3.0
+_NO_TOOL = Tool(weight=1.0, latency=0.0)  # a workload without tools draws no call
 
 
 @dataclass
@@ -59,7 +60,7 @@ class Work:
 
 
 def tool_mixture(scn: Scenario) -> Mixture:
-    tools = scn.workload.tools.values()
+    tools = scn.workload.tools.values() or [_NO_TOOL]
     return Mixture(components=[Component(weight=t.weight, dist=t.latency) for t in tools])
 
 
@@ -124,6 +125,8 @@ def _draw_chunk(
         call_tool, which = part["call_tool"], part["call_category"]
         if wl.tokens is not None:
             tok = {k: part[k] for k in ("prompt", "step_append", "step_output")}
+            if wl.tokens.max_tokens:
+                tok["step_output"] = np.minimum(tok["step_output"], wl.tokens.max_tokens)
             step_llm = unloaded_turns(tok, steps, scn.cluster.inference.engine, wl.tokens.max_context)
         setup, reward = part["setup"], part["reward"]
     else:
@@ -170,11 +173,14 @@ def _draw_chunk(
 
 
 def _tokens(tok, rng: np.random.Generator, m: int, n_steps: int) -> dict[str, np.ndarray]:
-    """Token counts: the prompt per trajectory, appended and output tokens per step."""
+    """Token counts: the prompt per trajectory, appended and output tokens per step (the output
+    capped at ``max_tokens``)."""
+    prompt, append = _counts(tok.prompt, rng, m, 0), _counts(tok.appended, rng, n_steps, 0)
+    out = _counts(tok.output, rng, n_steps, 1)  # drawn in this order: same seed, same numbers
     return {
-        "prompt": _counts(tok.prompt, rng, m, 0),
-        "step_append": _counts(tok.appended, rng, n_steps, 0),
-        "step_output": _counts(tok.output, rng, n_steps, 1),
+        "prompt": prompt,
+        "step_append": append,
+        "step_output": np.minimum(out, tok.max_tokens) if tok.max_tokens else out,
     }
 
 

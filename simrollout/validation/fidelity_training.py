@@ -35,6 +35,18 @@ VARIANTS = {
     "train_whole": {"partial_rollouts": False},  # async: a weight update discards in-flight groups
     "train_over": {"over_sampling": 0.25},  # sync: start B x 1.25 groups, train the first B
     "train_dynamic": {"dynamic_sampling": {"alpha": 1.0, "beta": 1.0}},  # sync: drop all-equal groups
+    # the trainer with physics: 2B parameters, 500 tokens a turn at 40% of 100 TFLOP/s on 8 GPUs
+    # (about 35 s a step), 4 GB of weights over 1 GB/s
+    "train_physics": {
+        "placement": "disaggregated",
+        "model": {"params_b": 2.0},
+        "train_time": {"kind": "flops", "peak_tflops": 100, "mfu": 0.4, "tokens_per_turn": 500},
+        "weight_sync_time": {"kind": "transfer", "gb_per_s": 1.0, "latency": 2.0},
+    },
+    # verl's stream pipeline: a sync every 2 steps, updates of 8 of the 16 groups as they are ready
+    "train_stream": {"placement": "disaggregated", "sync_every": 2, "mini_batch": 8},
+    # verl's fully async: staleness as a fraction, stale samples kept, a sync every 2 steps, streaming
+    "train_fraction": {"staleness_fraction": 0.5, "sync_every": 2, "mini_batch": 8},
 }
 
 

@@ -127,6 +127,13 @@ def _training_rows_of(scn: Scenario) -> list[str]:
         names.append(f"{tr.mode}/{loaded}/train_over")
     if tr.dynamic_sampling is not None:
         names.append(f"{tr.mode}/{loaded}/train_dynamic")
+    if tr.train_time.kind == "flops" or tr.weight_sync_time.kind == "transfer":
+        names.append(f"sync/{loaded}/train_physics")
+    if tr.mode == "sync" and (tr.sync_every > 1 or tr.update_groups < tr.prompts_per_step):
+        names.append(f"sync/{loaded}/train_stream")
+    streams = tr.sync_every > 1 or tr.update_groups < tr.prompts_per_step
+    if tr.mode == "async" and (streams or tr.staleness_fraction is not None or tr.stale_policy == "keep"):
+        names.append(f"async/{loaded}/train_fraction")
     return names
 
 
