@@ -12,6 +12,7 @@ from pydantic import (
 )
 
 from ..distributions import Constant, Dist
+from ..traces.formats import FORMATS
 from .base import _Model, _non_negative
 
 TOOL_CATEGORIES = ("shell", "read", "edit", "search", "test", "web", "other")
@@ -31,7 +32,7 @@ class Replay(_Model):
     tool calls and latencies, and LLM times (``llm: time``) or tokens (``llm: tokens``)."""
 
     path: str = Field(min_length=1)
-    format: Literal["tracelab", "atif", "verifiers", "swe-agent", "mini-swe-agent"]
+    format: Literal[FORMATS]  # simrollout.traces.formats: the one list of trace formats
     # auto: the trace's trajectories in order, then whole ones drawn with replacement; always:
     # every one drawn with replacement (replications differ); never: refuse a longer run
     resample: Literal["auto", "always", "never"] = "auto"

@@ -116,6 +116,7 @@ class Problems:
 
     def bad(self, cause: str, file: str, line: int, msg: str, count: int = 1) -> None:
         where = f"{file}: line {line}" if line else file
+        msg = msg.rstrip(" .")
         if self.on_bad == "refuse":
             raise InputError(
                 f"{where}: {msg}. Fix the trace, or pass --on-bad skip to skip such rows "
@@ -137,6 +138,7 @@ class TraceSet:
     trajectories: list[Trajectory]
     problems: Problems
     notes: list[str] = field(default_factory=list)  # definitions applied (e.g. ATIF's split)
+    adjusted: dict[str, int] = field(default_factory=dict)  # what the reader changed, counted
 
     @property
     def steps(self) -> int:

@@ -52,4 +52,4 @@ def test_bad_trace_exit_2_nothing_written(traces, tmp_path):
     assert "skipped: bad_json 1" in r.stdout
     assert yaml.safe_load(out.read_text())["provenance"]["skipped"]["bad_json"]["count"] == 1
     r = cli("workload", "nosuch", str(bad), "-o", str(out))
-    assert r.returncode == 2 and "expected one of" in r.stderr
+    assert r.returncode == 2 and "'nosuch': expected tracelab, atif, verifiers" in r.stderr
