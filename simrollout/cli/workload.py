@@ -44,7 +44,7 @@ def workload(
     human: str = typer.Option("exclude", help="Human-paced gaps: exclude (reported apart) or include."),
     tool_latency: float | None = typer.Option(
         None,
-        help="Seconds each tool call takes where the trace records none (SWE-agent before 1.0; "
+        help="Seconds each tool call takes where the trace records none (SWE-agent before 0.7; "
         "verifiers' per-rollout times, which hold model and tool time together).",
     ),
     plot: Path | None = typer.Option(None, help="Plot file (PNG); default beside -o."),

@@ -15,9 +15,6 @@ from .model import Problems, TraceSet
 
 __all__ = ["FORMATS", "read_trace"]
 
-# skipped-row causes that mean the file is not the format named, not a bad row of it
-FOREIGN = ("not_format",)
-
 
 def read_trace(
     fmt: str,
@@ -30,7 +27,7 @@ def read_trace(
     """Read trace files of one format; refuse or skip-and-count bad rows per ``on_bad``.
     ``human``: ``exclude`` leaves human-paced gaps out (reported apart); ``include`` adds each to
     the LLM time of the step it precedes (the agent waited). ``tool_latency``: seconds each tool
-    call takes where the trace records none (SWE-agent before 1.0; verifiers' per-rollout
+    call takes where the trace records none (SWE-agent before 0.7; verifiers' per-rollout
     times, which hold model and tool time together)."""
     if fmt not in FORMATS:
         raise InputError(f"trace format '{fmt}': expected {listed()}.")
@@ -61,10 +58,10 @@ def _none_usable(fmt: str, paths, problems: Problems) -> str:
     if not problems.skipped:
         return f"{files}: no {fmt} trajectory in the file(s)."
     causes = "; ".join(f"{c} ({n}): {problems.examples[c]}" for c, n in sorted(problems.skipped.items()))
-    foreign = set(problems.skipped) <= set(FOREIGN)
-    hint = (
-        "Check the format name against the file."
-        if foreign
-        else "Every trajectory had such a row, so none is left; fix the trace where named."
-    )
-    return f"{files}: no usable {fmt} trajectory; skipped by cause: {causes}. {hint}"
+    if set(problems.skipped) <= {"not_format"}:
+        hint = " Check the format name against the file."
+    elif set(problems.skipped) <= {"not_format", "no_timing"}:
+        hint = ""  # the example says what the file lacks and what to give instead
+    else:
+        hint = " Every trajectory had such a row, so none is left: fix the trace where named."
+    return f"{files}: no usable {fmt} trajectory; skipped by cause: {causes}.{hint}"

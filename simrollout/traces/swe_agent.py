@@ -1,11 +1,11 @@
 """SWE-agent ``.traj`` files: one JSON document per trajectory.
 
 Fields taken: ``trajectory[]``: per step ``action`` (the command line: its category) and
-``execution_time`` (seconds the action ran: the step's tool time; SWE-agent 1.0 and later).
+``execution_time`` (seconds the action ran: the step's tool time; SWE-agent 0.7 on).
 SWE-agent records no LLM time, no timestamps and only the run's token totals, so a replay of it
 needs ``llm_time`` (or ``tokens``) beside ``replay`` and a fitted workload has no ``llm_time``.
-Before 1.0 it recorded no ``execution_time`` either: ``tool_latency`` (``--tool-latency``) then
-gives every action's latency.
+Before 0.7 (August 2024) it recorded no ``execution_time`` either: ``tool_latency``
+(``--tool-latency``) then gives every action's latency.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .io import documents, number
 from .model import Call, Problems, Step, TraceSet, Trajectory
 
 NO_TIMING = (
-    "written by SWE-agent before 1.0, which records no execution_time per action (and no LLM time): "
+    "written by SWE-agent before 0.7, which recorded no execution_time per action (and no LLM time): "
     "give each action's latency with --tool-latency SECONDS (and llm_time beside the import), or "
     "give 'tools' and 'llm_time' beside 'workload: {import: ...}' in the scenario"
 )
