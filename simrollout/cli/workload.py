@@ -45,7 +45,8 @@ def workload(
     tool_latency: float | None = typer.Option(
         None,
         help="Seconds each tool call takes where the trace records none (SWE-agent before 0.7; "
-        "verifiers' per-rollout times, which hold model and tool time together).",
+        "verifiers' per-rollout times, which hold model and tool time together). Default: none "
+        "(SWE-agent before 0.7 refused; verifiers' calls 0 s).",
     ),
     plot: Path | None = typer.Option(None, help="Plot file (PNG); default beside -o."),
 ) -> None:
