@@ -172,3 +172,35 @@ def test_mini_swe_agent(path):
     assert characterise(ts)["tokens_per_step"]["input"]["p50"] == np.median(
         [u["prompt_tokens"] for u in usage]
     )
+
+
+def test_verifiers_timing_mapping_layout_reads_as_top_level(tmp_path):
+    """Early 2026 verifiers wrote the same per-rollout times under ``timing`` (with the start):
+    the real records moved there read the same, and start where ``start_time`` says."""
+    (path,) = files("verifiers", "math-*.jsonl")
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    moved = []
+    for k, r in enumerate(recs):
+        r = dict(r)
+        r["timing"] = {
+            "start_time": 1.77e9 + k,
+            **{f: r.pop(f) for f in ("generation_ms", "scoring_ms", "total_ms")},
+        }
+        moved.append(json.dumps(r))
+    p = tmp_path / "results.jsonl"
+    p.write_text("\n".join(moved) + "\n")
+    a, b = read_trace("verifiers", [path]), read_trace("verifiers", [p])
+    assert [t.duration() for t in b.trajectories] == [t.duration() for t in a.trajectories]
+    assert b.trajectories[3].start.timestamp() == 1.77e9 + 3
+
+
+def test_verifiers_v1_episode_refused_naming_it(tmp_path):
+    ep = {"id": "e", "traces": [{"timing": {"start": 1.7e9, "agent": {"start": 1.7e9, "end": 1.7e9 + 5}}}]}
+    p = tmp_path / "traces.jsonl"
+    p.write_text(json.dumps(ep) + "\n" + json.dumps(ep) + "\n")
+    with pytest.raises(
+        InputError, match=r"line 1: a verifiers v1 traces.jsonl episode .*not read; expected .*"
+    ):
+        read_trace("verifiers", [p])
+    with pytest.raises(InputError, match=r"not_format \(2\).*Check the format name"):
+        read_trace("verifiers", [p], on_bad="skip")
