@@ -41,6 +41,8 @@ def read_trace(
     ts = reader.read([Path(p) for p in paths], problems, tool_map, **kw)
     if not ts.trajectories:
         raise InputError(_none_usable(fmt, paths, problems))
+    if tool_latency is not None and not kw:
+        ts.notes.append(f"--tool-latency not used: {fmt} times every tool call itself")
     ts.fill_llm()
     if human == "include":
         for t in ts.trajectories:
