@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ..traces.formats import listed
+from ..traces.formats import spoken
 from .entry import app
 
 
@@ -25,7 +25,7 @@ def _fit_line(name: str, r: dict) -> str:
 
 @app.command()
 def workload(
-    fmt: str = typer.Argument(..., metavar="FORMAT", help=f"{listed()}."),
+    fmt: str = typer.Argument(..., metavar="FORMAT", help=f"{spoken()}."),
     paths: list[Path] = typer.Argument(
         ..., metavar="PATH...", help="Trace files (JSONL, JSON; .gz read as such)."
     ),

@@ -1,5 +1,6 @@
 """The scenario: every section together, its cross-field checks and what a run resolves from it
-(the fidelity, the engines, samples per task)."""
+(the engines, samples per task); the fidelity it runs at is the fidelity matrix's verdict
+(:func:`simrollout.validation.verdicts.fidelity_choice`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from pydantic import (
 
 from .base import _Model
 from .cluster import Arrivals, Cluster, Policy
-from .route import training_route
 from .substrate import (
     Substrate,
 )
@@ -150,34 +150,3 @@ class Scenario(_Model):
             return int(self.workload.trajectories)
         n = self.training.budget()
         return min(n, self.workload.trajectories) if self.workload.trajectories else n
-
-    def resolved_fidelity(self) -> str:
-        return self.fidelity_choice()[0]
-
-    def fidelity_choice(self) -> tuple[str, str]:
-        """The fidelity that runs and why. ``auto`` simulates every step when the run is small (at
-        most 200k steps), else uses the trajectory engine, which the fidelity matrix
-        (docs/fidelity.md) finds within tolerance of the step engine in every mode."""
-        if self.fidelity != "auto":
-            return self.fidelity, "set in the scenario"
-        steps = self.trajectories * self.workload.steps.mean()
-        if self.training is not None:
-            return training_route(self, steps)
-        if steps <= 2e5:
-            return "step", f"auto: {steps:,.0f} steps, small enough to simulate every step"
-        inf = self.cluster.inference
-        if self.workload.tokens is not None:
-            if self.policy.mode == "sync":  # the fidelity matrix: p50 +8-9% in sync batches
-                return "step", "auto: sync batches on serving engines need the step engine"
-            return (
-                "trajectory",
-                f"auto: {steps:,.0f} steps; serving engines from a step-fidelity pilot, within the "
-                "fidelity matrix's serving tolerances",
-            )
-        if self.policy.mode == "sync" and inf is not None and inf.slowdown > 0:
-            # the fidelity matrix: sync batches on a loaded tier miss p99 by 3.5% and gain < 2x
-            return "step", "auto: sync batches on a loaded inference tier need the step engine"
-        return (
-            "trajectory",
-            f"auto: {steps:,.0f} steps; the trajectory engine holds in every mode of the matrix",
-        )

@@ -32,7 +32,7 @@ class Replay(_Model):
     tool calls and latencies, and LLM times (``llm: time``) or tokens (``llm: tokens``)."""
 
     path: str = Field(min_length=1)
-    format: Literal[FORMATS]  # simrollout.traces.formats: the one list of trace formats
+    format: Literal[FORMATS]  # type: ignore[valid-type]
     # auto: the trace's trajectories in order, then whole ones drawn with replacement; always:
     # every one drawn with replacement (replications differ); never: refuse a longer run
     resample: Literal["auto", "always", "never"] = "auto"

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 
-from ..workload import CHUNK, Work
 from .records import CANCELLED, LOST, OK, TIMEOUT
 from .serving import ServingTier
 from .waits import await_event, until
+from .workload_draws import CHUNK, Work
 
 
 class StepBody:

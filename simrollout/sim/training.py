@@ -23,10 +23,10 @@ import simpy
 
 from ..rng import stream
 from ..scenario import LinearTime, Training
-from ..workload import CHUNK
 from .loop_body import LoopBodies
 from .records import OK
 from .training_results import CAUSES, LoopResults, StepRecord
+from .workload_draws import CHUNK
 
 _BLOCK = 1024  # prompts / trajectories per random block (the streams are keyed by block)
 

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from ..errors import InputError
-from .formats import FORMATS, listed, module_name
+from .formats import FORMATS, reader_module, spoken
 from .model import Problems, TraceSet
 
 __all__ = ["FORMATS", "read_trace"]
@@ -30,12 +30,12 @@ def read_trace(
     call takes where the trace records none (SWE-agent before 0.7; verifiers' per-rollout
     times, which hold model and tool time together)."""
     if fmt not in FORMATS:
-        raise InputError(f"trace format '{fmt}': expected {listed()}.")
+        raise InputError(f"trace format '{fmt}': expected {spoken()}.")
     if not paths:
         raise InputError("give at least one trace file.")
     if tool_latency is not None and not (math.isfinite(tool_latency) and tool_latency >= 0):
         raise InputError(f"--tool-latency: expected seconds >= 0, got {tool_latency!r}.")
-    reader = importlib.import_module(f".{module_name(fmt)}", __name__)
+    reader = importlib.import_module(f".{reader_module(fmt)}", __name__)
     problems = Problems(on_bad)
     kw = {"tool_latency": tool_latency} if "tool_latency" in inspect.signature(reader.read).parameters else {}
     ts = reader.read([Path(p) for p in paths], problems, tool_map, **kw)

@@ -1,15 +1,17 @@
-"""The trace formats: one tuple the reader registry, the scenario schema and the CLI help derive
-from (a format ``x-y`` is read by the module ``simrollout.traces.x_y``)."""
+"""The trace formats simrollout reads: one list, from which the reader registry
+(:func:`simrollout.traces.read_trace`), the scenario's ``workload.replay.format`` and the CLI's help
+derive. Each format's reader is the module of the same name in this package (``-`` read as ``_``)."""
 
 from __future__ import annotations
 
 FORMATS = ("tracelab", "atif", "verifiers", "swe-agent", "mini-swe-agent")
 
 
-def module_name(fmt: str) -> str:
+def reader_module(fmt: str) -> str:
+    """The module (in :mod:`simrollout.traces`) that reads ``fmt``."""
     return fmt.replace("-", "_")
 
 
-def listed() -> str:
-    """``a, b or c``: the formats as the help and the errors name them."""
+def spoken() -> str:
+    """The formats as a sentence's list: 'a, b or c'."""
     return ", ".join(FORMATS[:-1]) + " or " + FORMATS[-1]

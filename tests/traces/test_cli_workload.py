@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from simrollout.executors import run_scenario
+from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
 from tests.conftest import cli
 

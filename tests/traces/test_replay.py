@@ -7,10 +7,10 @@ import pytest
 from scipy import stats
 
 from simrollout.errors import InputError
-from simrollout.executors import run_scenario
+from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
+from simrollout.sim.workload_draws import draw_work
 from simrollout.traces import synthetic as sy
-from simrollout.workload import draw_work
 
 from .conftest import SAMPLE, ZERO, write
 
