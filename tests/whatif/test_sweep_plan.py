@@ -37,6 +37,8 @@ def test_parse_set_and_set_path():
     assert d == {"a": [{"b": 2}]}
     with pytest.raises(InputError, match="expected PATH=VALUE"):
         parse_set("cluster.concurrency")
+    with pytest.raises(InputError, match="must be a YAML scalar"):  # no mapping, list or alias in a value
+        parse_set("workload.steps={a: 1}")
     with pytest.raises(InputError, match="not an index"):
         set_path({"a": [1]}, "a.x", 2)
 
