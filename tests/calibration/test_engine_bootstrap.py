@@ -51,6 +51,7 @@ def test_refits_of_a_noiseless_probe_are_the_point_and_of_a_noisy_one_spread():
     assert spread["per_prefill_token"]["hi"] - spread["per_prefill_token"]["lo"] > 0.005
 
 
+@pytest.mark.slow
 def test_engine_bands_cover_the_true_engine_in_most_seeds():
     """Over 50 probes of a known engine (8% noise on every reading), the 5-95% range of the
     refits' lone-turn time covers the true engine's in at least 80% of them (nominal 90%)."""

@@ -35,6 +35,7 @@ def ran(request):
     return (row, fidelity, *_run(row, fidelity))
 
 
+@pytest.mark.slow
 def test_worker_phases_sum_to_worker_hours_and_all_phases_to_time_outside_generation(ran):
     row, fidelity, scn, res = ran
     s = res.summary.iloc[0]

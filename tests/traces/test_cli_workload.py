@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from simrollout.run.executors import run_scenario
@@ -11,6 +12,7 @@ from tests.conftest import cli
 from .conftest import SAMPLE, ZERO
 
 
+@pytest.mark.slow
 def test_workload_verb_writes_section_and_plot(traces, tmp_path):
     _, (path,) = traces["tracelab"]
     out = tmp_path / "wl.yaml"
@@ -36,6 +38,7 @@ def test_workload_verb_writes_section_and_plot(traces, tmp_path):
     assert tok.workload.tokens is not None and tok.workload.llm_time is None
 
 
+@pytest.mark.slow
 def test_bad_trace_exit_2_nothing_written(traces, tmp_path):
     _, (path,) = traces["tracelab"]
     lines = path.read_text().splitlines()

@@ -71,6 +71,7 @@ def test_bootstrap_by_whole_trajectory(traces, tmp_path):
         _scn(path, "tracelab", tmp_path, trajectories=500, resample="never")
 
 
+@pytest.mark.slow
 def test_replay_keeps_correlations(tmp_path):
     """Long trajectories with slow tools: kept by the replay, lost by the fitted workload."""
     from simrollout.traces import read_trace
