@@ -24,10 +24,10 @@ import simpy
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simrollout.executors import run_scenario  # noqa: E402
-from simrollout.fidelity import Row, build, matrix  # noqa: E402
-from simrollout.overrides import base_dict  # noqa: E402
+from simrollout.run.executors import run_scenario  # noqa: E402
 from simrollout.scenario import load_scenario, scenario_from_dict  # noqa: E402
+from simrollout.scenario.overrides import base_dict  # noqa: E402
+from simrollout.validation.fidelity import Row, build, matrix  # noqa: E402
 
 
 def measure(cmd: list[str]) -> tuple[float, float]:
@@ -127,10 +127,10 @@ def serving() -> dict:
 
 
 def fidelity_matrix(trajectories: int, steps: int, only: str = "") -> list[dict]:
-    """Trajectory vs step fidelity on every row of simrollout.fidelity.matrix() (whose name
+    """Trajectory vs step fidelity on every row of simrollout.validation.fidelity.matrix() (whose name
     contains ``only``), with the speedup and, for the trajectory run, what ``fidelity: auto``
     would choose at full size."""
-    from simrollout.fidelity import compare, training_rows
+    from simrollout.validation.fidelity import compare, training_rows
 
     rows = []
     every = matrix() + training_rows()  # the training rows: their own size (30 steps)
@@ -144,8 +144,8 @@ def fidelity_matrix(trajectories: int, steps: int, only: str = "") -> list[dict]
 
 def matrix_markdown(rows: list[dict]) -> str:
     """The matrix as the table recorded in docs/performance.md."""
-    from simrollout import fidelity_training
-    from simrollout.fidelity import METRICS
+    from simrollout.validation import fidelity_training
+    from simrollout.validation.fidelity import METRICS
 
     training = bool(rows) and rows[0]["regime"] == "training"
     metrics = fidelity_training.METRICS if training else METRICS

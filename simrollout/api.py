@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .executors import run_scenario
-from .overrides import base_dict, set_path
-from .runner import RunResult
+from .run.executors import run_scenario
+from .run.runner import RunResult
 from .scenario import Scenario, load_scenario, scenario_from_dict
-from .sweeps import sweep as _sweep
+from .scenario.overrides import base_dict, set_path
+from .whatif.sweeps import sweep as _sweep
 
 
 def load(path: str | Path) -> Scenario:
@@ -55,8 +55,8 @@ def plan(
     budget: float | None = None,
     **search,
 ):
-    """The cheapest configuration meeting one target; see :mod:`simrollout.planner`."""
-    from .planner import Target, parse_duration
-    from .planner import plan as _plan
+    """The cheapest configuration meeting one target; see :mod:`simrollout.whatif.planner`."""
+    from .whatif.planner import Goal, parse_duration
+    from .whatif.planner import plan as _plan
 
-    return _plan(scn, Target(parse_duration(deadline) if deadline else None, throughput, budget), **search)
+    return _plan(scn, Goal(parse_duration(deadline) if deadline else None, throughput, budget), **search)

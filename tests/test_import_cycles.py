@@ -1,5 +1,6 @@
-"""The package's import graph has no cycle: a module never imports, at the top or inside a
-function, a module that leads back to it (imports under ``if TYPE_CHECKING:`` do not count)."""
+"""The package's import graph has no cycle: a module never imports, at the top, inside a function
+or under ``if TYPE_CHECKING:``, a module that leads back to it; and the stages below the simulator
+(calibration, the scenario, the distributions, the trace readers) never import it."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def _targets(mod: str, path: Path, node: ast.Import | ast.ImportFrom, mods: dict
     return out
 
 
-def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+def import_graph(root: Path = ROOT, typing: bool = True) -> dict[str, set[str]]:
+    """Module -> the package modules it imports; ``typing=False`` leaves out type-only imports."""
     mods = _modules(root)
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
@@ -55,7 +57,7 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
             for n in ast.walk(stmt)
         }
         for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in typing_only:
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and (typing or id(node) not in typing_only):
                 graph[mod].update(_targets(mod, path, node, mods))
     return graph
 
@@ -111,20 +113,26 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path
         "def y():\n    from .sub.a import x\n    return x\n"
     )
     (pkg / "c.py").write_text("from .b import y\nz = 2\n")
-    graph = import_graph(tmp_path)
-    assert graph[f"{PKG}.b"] == {f"{PKG}.sub.a"}  # the TYPE_CHECKING import is not an edge
+    graph = import_graph(tmp_path, typing=False)
+    assert graph[f"{PKG}.b"] == {f"{PKG}.sub.a"}  # without type-only imports
     assert cycles(graph) == [[f"{PKG}.b", f"{PKG}.sub.a"]]
-    (pkg / "b.py").write_text("def y():\n    return 1\n")
-    assert cycles(import_graph(tmp_path)) == []
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .c import z\n")
+    assert cycles(import_graph(tmp_path, typing=False)) == []
+    assert cycles(import_graph(tmp_path)) == [[f"{PKG}.b", f"{PKG}.c"]]  # a type-only cycle is one too
 
 
-@pytest.mark.parametrize("lower", ["simrollout.scenario", "simrollout.distributions", "simrollout.traces"])
+@pytest.mark.parametrize(
+    "lower",
+    ["simrollout.calibration", "simrollout.scenario", "simrollout.distributions", "simrollout.traces"],
+)
 def test_the_lower_layers_never_import_the_simulator(lower: str):
-    """The scenario, the distributions and the trace readers sit below the simulator and its runner."""
+    """Calibration, the scenario, the distributions and the trace readers sit below the simulator,
+    the runner, the what-if stage and the validation suites (the fidelity matrix's verdicts, a leaf
+    that routes ``fidelity: auto``, excepted)."""
     graph = import_graph()
-    upper = ("simrollout.sim", "simrollout.runner", "simrollout.executors", "simrollout.fidelity")
+    upper = ("simrollout.sim", "simrollout.run", "simrollout.whatif", "simrollout.validation")
     mine = [m for m in graph if m == lower or m.startswith(lower + ".")]
     assert mine
     for m in mine:
-        bad = sorted(t for t in graph[m] if t.startswith(upper))
+        bad = sorted(t for t in graph[m] if t.startswith(upper) and t != "simrollout.validation.verdicts")
         assert not bad, f"{m} imports {bad}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import simrollout as sr
-from simrollout.executors import run_scenario
+from simrollout.run.executors import run_scenario
 from tests.conftest import ROOT
 
 

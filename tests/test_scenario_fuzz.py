@@ -109,7 +109,7 @@ PLAUSIBLE = st.one_of(NUMBERS, NUMBERS, NUMBERS, st.sampled_from(["sync", "async
        st.lists(st.tuples(st.integers(0, 10**6), PLAUSIBLE), min_size=1, max_size=2))  # fmt: skip
 def test_a_mutated_scenario_runs_or_is_one_input_error(base, mutations):
     """What validates also runs: a result, or one InputError — never another exception."""
-    from simrollout.executors import run_scenario
+    from simrollout.run.executors import run_scenario
 
     data = copy.deepcopy(SMALL if base == "small" else TRAINING)
     if base == "small":

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from simrollout.workload import _sum_by
+from simrollout.sim.workload_draws import _sum_by
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])

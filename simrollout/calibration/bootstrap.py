@@ -8,7 +8,7 @@ met in the probe (Barton & Schruben 2001, resampling of input data; the block ke
 sandbox's operations share). Where the probe has reference blocks (:mod:`.drift`), each refit's
 create, exec and teardown latencies are then scaled by a drift factor from the blocks' spread, at
 one moment of the probe drawn per refit. The refits' substrates, re-simulated with common random
-numbers (:mod:`simrollout.uncertainty`), give a projection's band.
+numbers (:mod:`simrollout.whatif.uncertainty`), give a projection's band.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the split of the lone iteration into ``base`` and ``per_decode`` is kept as the 
 it. Where the probe has reference blocks, each refit's prefill costs (and the request overhead)
 are then scaled by the first token's drift factor and its decode costs by the time per output
 token's, at one moment of the probe drawn per refit (:func:`.drift.drift_factors`). The refits,
-re-simulated with common random numbers (:mod:`simrollout.uncertainty`), give a projection's
+re-simulated with common random numbers (:mod:`simrollout.whatif.uncertainty`), give a projection's
 band.
 """
 

@@ -22,7 +22,8 @@ of the replay on the fitted profile, and their relative errors.
 from __future__ import annotations
 
 import datetime as dt
-import itertools
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,10 @@ from scipy import optimize
 
 from ..errors import InputError
 from ..scenario import Engine
+
+# the probe's requests replayed on an engine model (simrollout.sim.engine_replay.replay): the
+# simulator's, passed in by the caller, so that fitting never imports the simulator
+Replay = Callable[[list[dict], Engine], list[dict]]
 
 MIN_REQUESTS = 8
 
@@ -54,7 +59,7 @@ def _ok(records: list[dict]) -> list[dict]:
 
 
 def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running: int | None = None,
-               cached_attention: bool | None = None) -> dict:  # fmt: skip
+               cached_attention: bool | None = None, *, replay: Replay) -> dict:  # fmt: skip
     """The ``engine`` mapping of a profile and its goodness of fit. ``cached_attention``: fit
     ``per_cached_attention`` from the resumed requests (True), never (False), or (None, the
     default) where the probe's pairs of several append sizes show where it switches
@@ -146,7 +151,7 @@ def fit_engine(records: list[dict], kv_capacity: int | None = None, max_running:
     }
     fitted["overhead"] = float(f"{fitted['overhead']:.4g}")
     model = Engine.model_validate(fitted)
-    fit = goodness(ok, model)
+    fit = goodness(ok, model, replay)
     if slow is not None:  # where the probe saw the switch
         fit["cached_attention_switch"] = slow[1]
     return {"engine": fitted, "fit": fit}
@@ -289,44 +294,7 @@ def _medians(records: list[dict]) -> dict[tuple[int, int], float]:
     return {k: float(np.median(v)) for k, v in groups.items()}
 
 
-def replay(records: list[dict], model: Engine) -> list[dict]:
-    """The probe's requests on the engine model: at each level, that many clients send the
-    recorded requests in their recorded order, one after another (a closed loop)."""
-    out: list[dict] = []
-    for level in sorted({r["concurrency"] for r in records}):
-        at = sorted((r for r in records if r["concurrency"] == level), key=lambda r: r["start"])
-        out += _replay_level(at, level, model)
-    return out
-
-
-def _replay_level(queue: list[dict], clients: int, model: Engine) -> list[dict]:
-    import simpy
-
-    from ..scenario import Inference
-    from ..sim.serving import ServingTier
-
-    env = simpy.Environment()
-    tier = ServingTier(env, Inference(engines=1, engine=model, prefix_cache=False))
-    todo, out, ids = list(reversed(queue)), [], itertools.count()
-
-    def client():
-        while todo:
-            r = todo.pop()
-            t0 = env.now
-            yield env.timeout(model.overhead)
-            req = tier.request(next(ids), r["prompt_tokens"], r["output_tokens"])
-            yield req.done
-            o = r["output_tokens"]
-            tpot = (req.end - req.first) / (o - 1) if o > 1 else None
-            out.append({**r, "ttft": req.first - t0, "tpot": tpot, "latency": req.end - t0})
-
-    for _ in range(clients):
-        env.process(client())
-    env.run()
-    return out
-
-
-def goodness(ok: list[dict], model: Engine) -> dict:
+def goodness(ok: list[dict], model: Engine, replay: Replay) -> dict:
     """Per level and prompt length, the measured medians of TTFT and TPOT beside the profile's
     (the probe's requests replayed on it), and their relative errors."""
     plain = [r for r in ok if r["mode"] == "plain"]
@@ -400,6 +368,8 @@ def engine_profile(
     bootstrap: int | None = None,
     seed: int = 0,
     drift: dict | None = None,
+    *,
+    replay: Replay,
 ) -> dict:
     """Records -> a profile under calibration/engines/ (with provenance and goodness of fit).
     Reference-block requests (``reference: true``) are left out of the fit; they give the
@@ -411,7 +381,7 @@ def engine_profile(
     from .engine_bootstrap import DEFAULT_ENGINE_BOOTSTRAP, engine_uncertainty
 
     reference, records = split_reference(records)
-    fitted = fit_engine(records, kv_capacity, max_running)
+    fitted = fit_engine(records, kv_capacity, max_running, replay=replay)
     first = records[0]
     drift = reference_drift(reference, {"ttft": "ttft", "tpot": "tpot"}) if reference else drift
     refits = DEFAULT_ENGINE_BOOTSTRAP if bootstrap is None else bootstrap
@@ -444,6 +414,6 @@ def engine_profile(
             kv_capacity,
             max_running,
             strict=bootstrap is not None,
-            fit_engine=fit_engine,
+            fit_engine=partial(fit_engine, replay=replay),
         ),
     }

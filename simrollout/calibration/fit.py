@@ -9,11 +9,11 @@ import warnings
 
 import numpy as np
 
-from ..contention import Curve
 from ..distributions import dump_dist
+from ..distributions.contention import Curve
+from ..distributions.families import MIN_SAMPLES, fit_phase
 from ..errors import InputError
 from ..scenario import PHASES
-from .families import MIN_SAMPLES, fit_phase
 from .load_curves import (
     SHARED,
     coverage,

@@ -165,13 +165,14 @@ def _calibrate_engine(records, name, out, kv_capacity, max_running, bootstrap, s
 
     from ..calibration.calibrate import write_profile
     from ..calibration.engine_fit import engine_profile
+    from ..sim.engine_replay import replay
 
     for opt, v in (("--kv-capacity", kv_capacity), ("--max-running", max_running)):
         if v is not None and v < 1:
             raise InputError(f"{opt}: expected a positive count, got {v}.")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        profile = engine_profile(records, name, kv_capacity, max_running, bootstrap, seed)
+        profile = engine_profile(records, name, kv_capacity, max_running, bootstrap, seed, replay=replay)
     for w in caught:
         err.print(f"warning: {w.message}")
     write_profile(profile, out)

@@ -19,7 +19,7 @@ def cleanup(
     """List the project's sandboxes left by probes and remove the stale ones (owner gone, or old)."""
     from ..calibration.backends import get_backend
     from ..calibration.cleanup import sweep_stale
-    from ..planner import parse_duration
+    from ..whatif.planner import parse_duration
 
     try:
         max_age = parse_duration(older_than)

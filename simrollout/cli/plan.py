@@ -71,9 +71,9 @@ def plan(
 ) -> None:
     """Find the cheapest substrate, concurrency, warm pool and host count that meets a target,
     counting only finished work, and check the winner at a larger size."""
-    from ..planner import Target, parse_duration
-    from ..planner import plan as run_plan
     from ..scenario import load_scenario
+    from ..whatif.planner import Goal, parse_duration
+    from ..whatif.planner import plan as run_plan
 
     def ints(name, text, least=0):
         if text is None:
@@ -110,7 +110,7 @@ def plan(
                        ints("warm-pool", warm_pool), ints("hosts", hosts, 1), check != 0, max_failed,
                        executor, jobs, out)  # fmt: skip
         return
-    target = Target(parse_duration(deadline) if deadline else None, throughput, budget)
+    target = Goal(parse_duration(deadline) if deadline else None, throughput, budget)
     with _progress_bar() as bar:
         task = bar.add_task("plan", total=1.0)
         result = run_plan(
@@ -149,7 +149,7 @@ def plan(
         typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     stability = None
     if uncertainty:
-        from ..uncertainty import describe_stability, plan_stability
+        from ..whatif.uncertainty import describe_stability, plan_stability
 
         stability = describe_stability(plan_stability(scn, result, executor, jobs))
     _conclude_plan(result, out, stability)
@@ -183,15 +183,15 @@ def _plan_training(
     out,
 ) -> None:
     """``plan`` for a scenario with a training section: steps per day, a deadline or a budget."""
-    from ..plan_training import plan_training
-    from ..planner import Target, parse_duration
+    from ..whatif.planner import Goal, parse_duration
+    from ..whatif.training_plan import plan_training
 
     given = [x is not None for x in (deadline, budget, throughput, steps_per_day)]
     if sum(given) != 1:
         raise InputError("plan: give exactly one of --steps-per-day, --deadline or --budget.")
     target = None
     if steps_per_day is None:
-        target = Target(parse_duration(deadline) if deadline else None, throughput, budget)
+        target = Goal(parse_duration(deadline) if deadline else None, throughput, budget)
     with _progress_bar() as bar:
         task = bar.add_task("plan", total=1.0)
         result = plan_training(

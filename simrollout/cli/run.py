@@ -40,8 +40,8 @@ def run(
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
     from ..api import override
-    from ..executors import run_scenario
-    from ..report import print_table, write_results
+    from ..run.executors import run_scenario
+    from ..run.report import print_table, write_results
     from ..scenario import load_scenario
 
     scn = load_scenario(scenario)
@@ -50,12 +50,12 @@ def run(
         scn = override(scn, over)
     out = out or Path("results") / scn.name
     _out_folder(out)
-    from ..scenario.route import unbacked
+    from ..validation.verdicts import unbacked
 
     if unbacked(scn):
         err.print(f"warning: {unbacked(scn)}", highlight=False, soft_wrap=True)
     if timeline is not None:
-        from ..timeline import check
+        from ..run.timeline import check
 
         check(scn)
     with atomic_folder(out) as tmp, _progress_bar() as bar:
@@ -70,20 +70,20 @@ def run(
             address=address,
         )
         if uncertainty:
-            from ..uncertainty import with_bands
+            from ..whatif.uncertainty import with_bands
 
             bar.update(task, description="bands")
             result = with_bands(scn, result, jobs, executor, None, address)
         paths = write_results(result, tmp)
     print_table(result)
     if explain:
-        from ..report import print_explain
+        from ..run.report import print_explain
 
         print_explain()
     extra = "" if no_records else " and per-trajectory Parquet in trajectories/"
     typer.echo(f"wrote {len(paths)} files{extra} to {out}/")
     if timeline is not None:
-        from ..timeline import write_timeline
+        from ..run.timeline import write_timeline
 
         n = write_timeline(scn, timeline)
         typer.echo(f"wrote a timeline of {n:,} events to {timeline} (open it in ui.perfetto.dev)")

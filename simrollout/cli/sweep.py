@@ -33,10 +33,10 @@ def sweep(
     ),
 ) -> None:
     """Run a grid over any scenario fields; one row per cell, plots against concurrency."""
-    from ..plots import plot_sweep
+    from ..run.plots import plot_sweep
     from ..scenario import load_scenario
-    from ..sweeps import parse_set
-    from ..sweeps import sweep as run_sweep
+    from ..whatif.sweeps import parse_set
+    from ..whatif.sweeps import sweep as run_sweep
 
     scn = load_scenario(scenario)
     sets = dict(parse_set(s) for s in set_)
@@ -53,7 +53,7 @@ def sweep(
             progress=_ticker(bar, task),
         )
         if uncertainty:
-            from ..uncertainty import sweep_with_bands
+            from ..whatif.uncertainty import sweep_with_bands
 
             df = sweep_with_bands(scn, sets, df, executor, jobs, address)
     with atomic_folder(out) as tmp:
@@ -82,5 +82,5 @@ def sweep(
     typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     if uncertainty:
         bands = "; ".join(f"{k}: {v}" for k, v in dict(zip(df.substrate, df.band)).items())
-        typer.echo(f"bands [5th-95th percentile over the profiles' refits]: {bands}")
+        typer.echo(f"bands [90%: the profiles' refits and the model's error, in quadrature]: {bands}")
     typer.echo(f"wrote sweep.csv, sweep.parquet and {len(paths)} plots to {out}/")

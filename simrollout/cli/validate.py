@@ -187,7 +187,7 @@ def _validate_rollout(
     import pandas as pd
 
     from ..calibration.backends import get_backend
-    from ..calibration.validate import (
+    from ..validation.validate import (
         HELD_OUT,
         OPS_COLUMNS,
         compare,
@@ -196,7 +196,7 @@ def _validate_rollout(
         real_rollout,
         speed_check,
     )
-    from ..calibration.validate import record as keep
+    from ..validation.validate import record as keep
 
     llm, rate = 0, None
     if held_out:
@@ -245,12 +245,12 @@ def _against(folder: Path, profile: Path, engine: bool) -> None:
     agent loop) against ``profile``'s simulation of the same workload, nothing real run."""
     notes = []
     if engine:
-        from ..calibration.validate_engine import compare_engine, recorded_agent_loop
+        from ..validation.validate_engine import compare_engine, recorded_agent_loop
 
         scn, real = recorded_agent_loop(folder, profile)
         table, simulated, what = compare_engine(real, scn), "simulated", "agent loop"
     else:
-        from ..calibration.validate import compare, exec_by_load, read_ops, recorded_rollout
+        from ..validation.validate import compare, exec_by_load, read_ops, recorded_rollout
 
         scn, real = recorded_rollout(folder, profile)
         table, simulated, what = compare(real, scn), "simulated\n(95% range)", "rollout"
@@ -333,9 +333,9 @@ def _validate_engine(
     api_key_env=None,
 ) -> None:  # fmt: skip
     """``validate --engine``: the agent loop on a real server vs its simulation."""
-    from ..calibration.validate_engine import agent_scenario, compare_engine, real_agent_loop, speed_check
-    from ..calibration.validate_engine import record as keep
     from ..scenario import load_engine_profile
+    from ..validation.validate_engine import agent_scenario, compare_engine, real_agent_loop, speed_check
+    from ..validation.validate_engine import record as keep
 
     if not base_url:
         raise InputError("validate --engine: give --base-url of the server and --profile of its engine.")
@@ -384,8 +384,8 @@ def _validate_iterations(
     """``validate --engine --iterations``: single iterations on a real server vs the profile's."""
     import json
 
-    from ..calibration.iteration_check import IterationPlan, iteration_check
     from ..scenario import Engine, load_engine_profile
+    from ..validation.iteration_check import IterationPlan, iteration_check
 
     if not base_url:
         raise InputError("validate --engine --iterations: give --base-url of the server.")

@@ -1,4 +1,4 @@
-"""``simrollout validate suite``: the interleaved held-out suite (simrollout.calibration.suite): its
+"""``simrollout validate suite``: the interleaved held-out suite (simrollout.validation.suite): its
 options checked, its target built, the suite run (or refitted) and its record written."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import typer
 
-from ..calibration import suite_report
-from ..calibration.suite import DEFAULT_BOOTSTRAP, Cell, SuitePlan, rows_table, run_suite
 from ..errors import InputError
+from ..validation import suite_report
+from ..validation.suite import DEFAULT_BOOTSTRAP, HeldOutCell, SuitePlan, rows_table, run_suite
 from .options import _json_option
 from .validate import validate_app
 
@@ -70,7 +70,7 @@ def run_suite_command(
     if record.exists() and not record.is_dir():
         raise InputError(f"--record {record}: is a file; expected the validation folder.")
     if engine:
-        from ..calibration.suite_engine import (
+        from ..validation.suite_engine import (
             ENGINE_LEVELS,
             ENGINE_WORKLOADS,
             HELD_OUT,
@@ -84,8 +84,8 @@ def run_suite_command(
         notes = engine_notes
     else:
         from ..calibration.backends import get_backend
-        from ..calibration.suite import DOCKER_LEVELS, DOCKER_WORKLOADS
-        from ..calibration.suite_docker import DockerTarget, docker_notes
+        from ..validation.suite import DOCKER_LEVELS, DOCKER_WORKLOADS
+        from ..validation.suite_docker import DockerTarget, docker_notes
 
         known = DOCKER_WORKLOADS
         chosen, lv = _pick(known, workloads, "--workloads"), DOCKER_LEVELS
@@ -97,7 +97,7 @@ def run_suite_command(
             raise InputError("--refit fits every recorded cell again; it takes no --workloads or --levels.")
         return _refit(record, target, known, bootstrap, notes, echo)
     plan = SuitePlan(
-        [Cell(w, v) for w in chosen for v in lv],
+        [HeldOutCell(w, v) for w in chosen for v in lv],
         repeats,
         max_repeats,
         seed,
@@ -143,7 +143,7 @@ def _refit(record: Path, target, known: list, bootstrap: int | None, notes, echo
     """``--refit``: every cell of the target's recorded suite fitted and simulated again from its
     own probe blocks and real runs (nothing real run); the real side, its schedule and its
     command are the record's, the simulated side this checkout's."""
-    from ..calibration.suite import refit_cell
+    from ..validation.suite import refit_cell
 
     data = suite_report.read_suite(record / "suite.json")
     old = data["targets"].get(target.name)
@@ -158,7 +158,7 @@ def _refit(record: Path, target, known: list, bootstrap: int | None, notes, echo
             raise InputError(
                 f"--refit: {record}/suite.json: workload '{c['workload']}' is not one of {sorted(by_name)}."
             )
-        cell = Cell(by_name[c["workload"]], int(c["level"]))
+        cell = HeldOutCell(by_name[c["workload"]], int(c["level"]))
         if cell not in cells:
             cells.append(cell)
     plan = SuitePlan(cells, **{k: v for k, v in old["plan"].items() if k in SuitePlan.__dataclass_fields__})

@@ -28,6 +28,7 @@ from .substrate import (
     Substrate,
     slowdown,
 )
+from .trainer import FlopsTime, ModelSize, TransferTime
 from .training import LinearTime, PassRate, Trainer, Training, TrainTime
 from .workload import TOOL_CATEGORIES, Chance, FailureRate, Images, Replay, Tokens, Tool, Workload
 
@@ -48,7 +49,9 @@ __all__ = [
     "Images",
     "Inference",
     "IterationTime",
+    "FlopsTime",
     "LinearTime",
+    "ModelSize",
     "PassRate",
     "Phase",
     "Policy",
@@ -62,6 +65,7 @@ __all__ = [
     "TrainTime",
     "Trainer",
     "Training",
+    "TransferTime",
     "Workload",
     "load_engine_profile",
     "load_profile",

@@ -1,5 +1,6 @@
 """The scenario: every section together, its cross-field checks and what a run resolves from it
-(the fidelity, the engines, samples per task)."""
+(the engines, samples per task); the fidelity it runs at is the fidelity matrix's verdict
+(:func:`simrollout.validation.verdicts.fidelity_choice`)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ from pydantic import (
 
 from .base import _Model
 from .cluster import Arrivals, Cluster, Policy
-from .route import training_route
 from .substrate import (
     Substrate,
 )
+from .trainer import FlopsTime
 from .training import LinearTime, Training
 from .workload import Workload
+
+# the substrate of a workload without sandboxes: nothing to create, run or tear down
+NO_SANDBOX = {"name": "none", "cold_start": 0, "exec_overhead": 0, "teardown": 0}
 
 
 class Scenario(_Model):
@@ -40,6 +44,21 @@ class Scenario(_Model):
     # the trajectory engine draws exec overhead call by call, as the step engine does, instead of
     # each sum at once: the fidelity matrix compares the engines on the same numbers
     _overhead_per_call: bool = PrivateAttr(False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sandboxless(cls, data):
+        """No substrates and no tools: one sandbox-free substrate, ``none``, that costs no time."""
+        if isinstance(data, dict) and "substrates" not in data:
+            wl = data.get("workload")
+            if isinstance(wl, dict) and not wl.get("tools") and not wl.get("replay"):
+                data = {**data, "substrates": [NO_SANDBOX]}
+        return data
+
+    @property
+    def sandboxless(self) -> bool:
+        """The workload runs no sandbox (single-turn RL: math, code without tools)."""
+        return [s.name for s in self.substrates] == [NO_SANDBOX["name"]] and not self.workload.tools
 
     @field_validator("substrates")
     @classmethod
@@ -87,6 +106,19 @@ class Scenario(_Model):
                 "training.train_time.per_token prices the tokens trained on, which needs a token "
                 "workload (workload.tokens); with llm_time in seconds use per_step"
             )
+        if isinstance(tt, FlopsTime):
+            tokens = self.workload.tokens is not None
+            if tokens == (tt.tokens_per_turn is not None):
+                raise ValueError(
+                    "training.train_time kind 'flops' trains on tokens: a token workload counts them "
+                    "(drop tokens_per_turn); with llm_time in seconds give tokens_per_turn (the tokens "
+                    "trained per generated turn)"
+                )
+            if self.training.placement == "colocated" and self.cluster.inference is None:
+                raise ValueError(
+                    "training.train_time kind 'flops' with placement 'colocated' trains on the "
+                    "engines' GPUs: give cluster.inference (engines, and engine.gpus per engine)"
+                )
         return self
 
     @model_validator(mode="after")
@@ -153,34 +185,3 @@ class Scenario(_Model):
             return int(self.workload.trajectories)
         n = self.training.budget()
         return min(n, self.workload.trajectories) if self.workload.trajectories else n
-
-    def resolved_fidelity(self) -> str:
-        return self.fidelity_choice()[0]
-
-    def fidelity_choice(self) -> tuple[str, str]:
-        """The fidelity that runs and why. ``auto`` simulates every step when the run is small (at
-        most 200k steps), else uses the trajectory engine, which the fidelity matrix
-        (docs/fidelity.md) finds within tolerance of the step engine in every mode."""
-        if self.fidelity != "auto":
-            return self.fidelity, "set in the scenario"
-        steps = self.trajectories * self.workload.steps.mean()
-        if self.training is not None:
-            return training_route(self, steps)
-        if steps <= 2e5:
-            return "step", f"auto: {steps:,.0f} steps, small enough to simulate every step"
-        inf = self.cluster.inference
-        if self.workload.tokens is not None:
-            if self.policy.mode == "sync":  # the fidelity matrix: p50 +8-9% in sync batches
-                return "step", "auto: sync batches on serving engines need the step engine"
-            return (
-                "trajectory",
-                f"auto: {steps:,.0f} steps; serving engines from a step-fidelity pilot, within the "
-                "fidelity matrix's serving tolerances",
-            )
-        if self.policy.mode == "sync" and inf is not None and inf.slowdown > 0:
-            # the fidelity matrix: sync batches on a loaded tier miss p99 by 3.5% and gain < 2x
-            return "step", "auto: sync batches on a loaded inference tier need the step engine"
-        return (
-            "trajectory",
-            f"auto: {steps:,.0f} steps; the trajectory engine holds in every mode of the matrix",
-        )

@@ -16,8 +16,8 @@ from pydantic import (
     model_validator,
 )
 
-from ..contention import Curve
 from ..distributions import Constant, Dist
+from ..distributions.contention import Curve
 from .base import _Model
 from .workload import FailureRate
 
@@ -51,7 +51,7 @@ class Contention(_Model):
 
     Per phase either a slope ``s`` (latency x (1 + s (n - 1))) or a measured curve
     ``{n: multiplier}``: monotone through the points, a fitted saturation law below the first and
-    beyond the last (see :mod:`simrollout.contention`).
+    beyond the last (see :mod:`simrollout.distributions.contention`).
     """
 
     create: Slowdown = 0.0
@@ -70,6 +70,19 @@ class Contention(_Model):
     # left alone speeds up (execs keep the multiplier at their start). ``calibrate`` fits such
     # curves on the load averaged over each operation's life.
     shared: bool = False
+    # with ``shared``, how the creates in flight divide the domain's create capacity (the sum of
+    # their sharing rates): ``together``, each its share, so a burst's creates finish together;
+    # ``in_order``, the oldest first (a control plane that serves creates in arrival order, as
+    # Docker's daemon does), so a burst's creates finish one after another at the same throughput
+    creates: Literal["together", "in_order"] = "together"
+
+    @model_validator(mode="after")
+    def _in_order_shares(self):
+        if self.creates == "in_order" and not self.shared:
+            raise ValueError(
+                "creates 'in_order' divides the shared capacity of creates: it needs shared: true"
+            )
+        return self
 
     @model_validator(mode="after")
     def _others_only(self):
@@ -98,7 +111,7 @@ class Contention(_Model):
 
 def slowdown(spec) -> Callable[[float], float]:
     """A slope is the straight line ``1 + s (n - 1)``; measured points are a monotone, bounded
-    :class:`simrollout.contention.Curve`."""
+    :class:`simrollout.distributions.contention.Curve`."""
     if not isinstance(spec, dict):
         return lambda n, s=float(spec): 1.0 + s * (n - 1.0) if n > 1.0 else 1.0
     return _curve(tuple(sorted((float(k), float(v)) for k, v in spec.items())))

@@ -18,6 +18,7 @@ from pydantic import (
 
 from ..distributions import Constant, Dist, number_is_constant
 from .base import _Model
+from .trainer import FlopsTime, ModelSize, Trainer, TransferTime
 
 
 class LinearTime(_Model):
@@ -34,9 +35,15 @@ class LinearTime(_Model):
         return self.intercept
 
 
-# a distribution, or the linear model: one discriminated union, so errors name one kind
+# a distribution, the linear model or the FLOPs model: one discriminated union, so errors name one kind
 TrainTime = Annotated[
-    Union[(LinearTime, *get_args(get_args(Dist)[0]))],  # noqa: UP007
+    Union[(LinearTime, FlopsTime, *get_args(get_args(Dist)[0]))],  # noqa: UP007
+    Field(discriminator="kind"),
+    BeforeValidator(number_is_constant),
+]
+# a distribution, or the model's bytes over a bandwidth
+SyncTime = Annotated[
+    Union[(TransferTime, *get_args(get_args(Dist)[0]))],  # noqa: UP007
     Field(discriminator="kind"),
     BeforeValidator(number_is_constant),
 ]
@@ -58,13 +65,6 @@ class PassRate(_Model):
         return float(1.0 - same)
 
 
-class Trainer(_Model):
-    """Separate trainer GPUs (``placement: disaggregated``)."""
-
-    gpus: PositiveInt
-    price_per_hour: NonNegativeFloat = 0.0
-
-
 class Training(_Model):
     """The RL loop: GRPO groups, training steps, weight sync and bounded staleness (docs/model.md)."""
 
@@ -73,9 +73,14 @@ class Training(_Model):
     steps: PositiveInt
     mode: Literal["sync", "one_step_off", "async"] = "sync"
     max_staleness: NonNegativeInt = 1  # async: versions a sample may lag the policy it trains
+    staleness_fraction: NonNegativeFloat | None = None  # verl: stale samples as a share of a version's
+    stale_samples: Literal["discard", "keep"] | None = None  # beyond the bound; default per form
     partial_rollouts: bool = True  # on a weight update, in-flight trajectories go on (else discarded)
+    sync_every: PositiveInt = 1  # training steps per weight sync (verl's trigger_parameter_sync_step)
+    mini_batch: PositiveInt | None = None  # groups per streamed update (default: the step's B)
+    model: ModelSize | None = None
     train_time: TrainTime
-    weight_sync_time: Dist = Constant(value=0.0)
+    weight_sync_time: SyncTime = Constant(value=0.0)
     placement: Literal["colocated", "disaggregated"] = "colocated"
     trainer: Trainer | None = None
     # disaggregated: a turn waits while the new weights load into the engines it runs on
@@ -106,6 +111,72 @@ class Training(_Model):
             raise ValueError("dynamic_sampling needs samples_per_prompt of at least 2 (a group to compare)")
         return self
 
+    @model_validator(mode="after")
+    def _physics(self):
+        fields = ("train_time", "weight_sync_time")
+        need = [f for f in fields if getattr(self, f).kind in ("flops", "transfer")]
+        if need and self.model is None:
+            raise ValueError(
+                f"{need[0]} kind '{getattr(self, need[0]).kind}' reads the model's size: give "
+                "model: {params_b: N} (billions of parameters; bytes_per_param defaults to 2, bf16)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _streaming(self):
+        m = self.mini_batch
+        if m is not None and self.prompts_per_step % m:
+            raise ValueError(
+                f"mini_batch {m} must divide prompts_per_step {self.prompts_per_step}: a step trains "
+                "prompts_per_step / mini_batch updates of mini_batch groups each"
+            )
+        streams = m is not None and m < self.prompts_per_step
+        if self.mode == "one_step_off" and (self.sync_every > 1 or streams):
+            raise ValueError(
+                "sync_every and mini_batch apply to modes sync and async; one_step_off trains each "
+                "step's batch whole and syncs after it"
+            )
+        if self.staleness_fraction is not None:
+            if self.mode != "async":
+                raise ValueError("staleness_fraction bounds mode 'async'; set mode: async or drop it")
+            if "max_staleness" in self.model_fields_set:
+                raise ValueError(
+                    "give the staleness bound one way: max_staleness (whole versions, AReaL) or "
+                    "staleness_fraction (a share of a version's samples, verl), not both"
+                )
+        return self
+
+    @property
+    def stale_policy(self) -> str:
+        """What happens to a sample past the bound: ``discard`` (the default of max_staleness) or
+        ``keep`` (the default of staleness_fraction: verl trains every sample it generated)."""
+        if self.stale_samples is not None:
+            return self.stale_samples
+        return "keep" if self.staleness_fraction is not None else "discard"
+
+    @property
+    def stale_versions(self) -> int:
+        """Versions a sample may lag before it is stale: max_staleness, or the fraction rounded up."""
+        f = self.staleness_fraction
+        return math.ceil(f - 1e-9) if f is not None else self.max_staleness
+
+    @property
+    def ahead(self) -> float:
+        """Versions of groups the rollout may start ahead of the trainer's (the admission bound:
+        started groups < (version + 1 + ahead) x groups per version)."""
+        f = self.staleness_fraction
+        return f if f is not None else float(self.max_staleness)
+
+    @property
+    def update_groups(self) -> int:
+        """Groups the trainer takes at a time (one update)."""
+        return self.mini_batch or self.prompts_per_step
+
+    @property
+    def version_groups(self) -> int:
+        """Groups trained per weight sync: B x sync_every."""
+        return self.prompts_per_step * self.sync_every
+
     @property
     def groups_per_step(self) -> int:
         """Groups started per step in sync and one_step_off modes: B x (1 + over_sampling)."""
@@ -117,6 +188,6 @@ class Training(_Model):
         keep = self.dynamic_sampling.keep_rate(self.samples_per_prompt) if self.dynamic_sampling else 1.0
         groups = self.steps * (self.groups_per_step + self.prompts_per_step * (1.0 / max(keep, 1e-3) - 1.0))
         if self.mode == "async":
-            groups += self.prompts_per_step * (self.max_staleness + 1)
+            groups += self.version_groups * (self.ahead + 1)
         extra = 1.0 + (0.5 if self.on_failure != "mask" or not self.partial_rollouts else 0.0)
         return int(math.ceil((groups * 1.25 * extra + 4 * self.prompts_per_step) * self.samples_per_prompt))

@@ -12,6 +12,7 @@ from pydantic import (
 )
 
 from ..distributions import Constant, Dist
+from ..traces.formats import FORMATS
 from .base import _Model, _non_negative
 
 TOOL_CATEGORIES = ("shell", "read", "edit", "search", "test", "web", "other")
@@ -31,7 +32,7 @@ class Replay(_Model):
     tool calls and latencies, and LLM times (``llm: time``) or tokens (``llm: tokens``)."""
 
     path: str = Field(min_length=1)
-    format: Literal["tracelab", "atif", "verifiers", "swe-agent", "mini-swe-agent"]
+    format: Literal[FORMATS]  # type: ignore[valid-type]
     # auto: the trace's trajectories in order, then whole ones drawn with replacement; always:
     # every one drawn with replacement (replications differ); never: refuse a longer run
     resample: Literal["auto", "always", "never"] = "auto"
@@ -53,6 +54,7 @@ class Tokens(_Model):
     appended: Dist
     output: Dist
     max_context: PositiveInt | None = None
+    max_tokens: PositiveInt | None = None  # the sampler's cap on a turn's output (truncated beyond)
 
     @model_validator(mode="after")
     def _counts(self):
@@ -78,11 +80,27 @@ class Workload(_Model):
     llm_time: Dist | None = None  # seconds per turn; or ``tokens`` served by engines
     tokens: Tokens | None = None
     calls_per_step: Dist = Constant(value=1)
-    tools: dict[str, Tool] = Field(min_length=1)
+    tools: dict[str, Tool] = {}  # none: a single-turn or tool-free workload (calls_per_step 0)
     setup: Dist | None = None
     reward: Dist | None = None
     images: Images | None = None
     replay: Replay | None = None  # set by ``workload: {replay: ...}`` (simrollout.scenario.workload_files)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_tools_no_calls(cls, data):
+        if isinstance(data, dict) and not data.get("tools") and "calls_per_step" not in data:
+            data = {**data, "calls_per_step": 0}
+        return data
+
+    @model_validator(mode="after")
+    def _calls_need_tools(self):
+        if not self.tools and self.replay is None and float(self.calls_per_step.mean()) > 0:
+            raise ValueError(
+                "calls_per_step is above 0 but no tools are given: give tools (their share of "
+                "calls and latency) or set calls_per_step: 0 for a workload without tool calls"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_llm_model(self):

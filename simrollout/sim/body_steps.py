@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 
-from ..workload import CHUNK, Work
 from .records import CANCELLED, LOST, OK, TIMEOUT
 from .serving import ServingTier
 from .waits import await_event, until
+from .workload_draws import CHUNK, Work
 
 
 class StepBody:
@@ -98,6 +98,8 @@ class StepBody:
         and this turn's append (nothing cached serves it: ``fresh``)."""
         append = int(w.step_append[s])
         out = max(int(round(int(w.step_output[s]) * x)), 1)
+        cap = self.scn.workload.tokens.max_tokens
+        out = min(out, cap) if cap else out
         # a context that would not fit one engine's KV cache is compacted too
         top = min(self.scn.workload.tokens.max_context or math.inf, self._kv - out)
         if ctx == 0:  # the first turn: the prompt

@@ -9,11 +9,11 @@ from collections.abc import Callable
 import numpy as np
 
 from ..rng import stream
-from ..substrate_draws import ChunkDetail, SubstrateDraws, arrival_gaps, chunk_detail, draw_substrate
-from ..workload import CHUNK
 from .records import INPUTS as _IN
 from .records import STATUS, Records
 from .serving_pilot import phases
+from .substrate_draws import ChunkDetail, SubstrateDraws, arrival_gaps, chunk_detail, draw_substrate
+from .workload_draws import CHUNK
 
 # a trajectory's output row, in this column order (the fields of Records but ``arrival``)
 OUT = (
@@ -129,7 +129,7 @@ class ChunkRows:
             self._finish(i // CHUNK)
 
     def _trace(self, i: int, row) -> None:
-        """Spans of a timeline (simrollout.timeline): the trajectory, and its sandbox's create."""
+        """Spans of a timeline (simrollout.run.timeline): the trajectory, and its sandbox's create."""
         start, end, cold, waited, status, steps = row[0], row[1], row[2], row[3], int(row[8]), int(row[10])
         args = {"status": STATUS.get(status, "lost"), "steps": steps, "attempts": int(row[7])}
         if cold > 0 and row[7] == 1:

@@ -4,7 +4,9 @@ Lifecycle operations (create, exec overhead, teardown) on a host take ``base x m
 operations in flight on that host (itself included; with operation weights in the profile, each
 other phase's operations count at their weight) and ``m`` the phase's contention curve. With
 ``contention.shared`` creates and teardowns share the host instead: each progresses at
-``1 / m(n)`` of its base per second, ``n`` re-read whenever an operation there starts or ends.
+``1 / m(n)`` of its base per second, ``n`` re-read whenever an operation there starts or ends;
+with ``contention.creates: in_order`` the creates' capacity (``k / m(n)`` for ``k`` creates in
+flight) goes to the oldest create alone, the others waiting their turn.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Fleet:
         self.exec_load = [0.0] * domains
         self.bg = 0.0  # per domain: the load of trajectories that wait their lifecycle at once (sim.steady)
         self.shared = sub.contention.shared  # creates and teardowns share their domain
+        self.in_order = sub.contention.creates == "in_order"  # ... creates served oldest first
         self._sharing: dict[int, _Sharing] = {}  # per domain: its shared operations in flight
         self._next_token = 0.0
         self.factor = {ph: sub.contention.factor(ph) for ph in ("create", "exec", "teardown")}
@@ -147,16 +150,21 @@ class Fleet:
             return
         for op in sh.ops:
             op[2] = 1.0 / self.factor[op[0]](self.load(d, op[0]))
+        if self.in_order:  # the creates' capacity to the oldest create (ops are in arrival order)
+            creates = [op for op in sh.ops if op[0] == "create"]
+            for k, op in enumerate(creates):
+                op[2] = op[2] * len(creates) if k == 0 else 0.0
         sh.gen += 1
         gen = sh.gen
-        wake = self.env.timeout(min(max(op[1], 0.0) / op[2] for op in sh.ops))
+        wake = self.env.timeout(min(max(op[1], 0.0) / op[2] for op in sh.ops if op[2] > 0))
         wake.callbacks.append(lambda _, d=d, sh=sh, gen=gen: self._finish_shared(d, sh, gen))
 
     def _finish_shared(self, d: int, sh: _Sharing, gen: int) -> None:
         if gen != sh.gen:  # the load changed since this wake was set
             return
         sh.advance(self.env.now)
-        done = [op for op in sh.ops if op[1] <= 1e-9] or [min(sh.ops, key=lambda o: o[1] / o[2])]
+        moving = [op for op in sh.ops if op[2] > 0]
+        done = [op for op in moving if op[1] <= 1e-9] or [min(moving, key=lambda o: o[1] / o[2])]
         for op in done:
             sh.ops.remove(op)
             self.ops[d] -= 1

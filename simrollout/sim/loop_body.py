@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
-from ..workload import CHUNK
 from .records import CANCELLED, LOST, OK, TIMEOUT
 from .segments import _STILL  # multipliers that moved less than this: double the segment
+from .workload_draws import CHUNK
 
 if TYPE_CHECKING:
-    from .model import Cell
-    from .training import TrainingLoop
+    from .cell_view import CellView, LoopView
 
 _CANCEL, _BARRIER = "cancel", "barrier"
 
@@ -39,7 +38,7 @@ _CANCEL, _BARRIER = "cancel", "barrier"
 class _Steps:
     """Per-step generation, exec overhead and tool time of one chunk, and each step's calls."""
 
-    def __init__(self, cell: Cell, c: int):
+    def __init__(self, cell: CellView, c: int):
         d = cell._detail(c)
         self.d = d
         n_steps = len(d.step_llm)
@@ -57,7 +56,7 @@ class _Steps:
 class LoopBodies:
     """The running bodies of one cell's training loop (trajectory fidelity)."""
 
-    def __init__(self, cell: Cell, loop: TrainingLoop):
+    def __init__(self, cell: CellView, loop: LoopView):
         self.cell, self.loop, self.env = cell, loop, cell.env
         self.waiting: dict[int, simpy.Process] = {}  # bodies waiting a segment (interruptible)
         self._steps: dict[int, _Steps] = {}

@@ -9,7 +9,7 @@ the sum of the running bodies' own expected shares (docs/model.md, "Two fideliti
 
 The cell wires its parts, each in its own module: the chunks of trajectories and their records
 (:mod:`.chunks`), the sandbox lifecycle (:mod:`.sandbox`), the body engines (:mod:`.body_steps`,
-:mod:`.body_fast`, :mod:`.segments`), the bodies' load (:mod:`.load`) and the steady state
+:mod:`.body_trajectory`, :mod:`.segments`), the bodies' load (:mod:`.load`) and the steady state
 (:mod:`.steady`); the fleet (:mod:`.fleet`) and the inference tier (:mod:`.inference`,
 :mod:`.serving`) are its resources.
 """
@@ -22,25 +22,25 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from ..metrics import Accumulator
 from ..rng import stream
 from ..scenario import Scenario, Substrate
-from ..workload import CHUNK, Work
-from .body_fast import FastBody
 from .body_steps import StepBody
+from .body_trajectory import TrajectoryBody
 from .chunks import ChunkRows
 from .fleet import Fleet
 from .inference import InferenceTier
 from .load import BodyLoad
+from .metrics import Accumulator
 from .records import Records
 from .sandbox import SandboxLifecycle
 from .segments import Segments
 from .serving import ServingTier
 from .serving_pilot import Pilot
 from .steady import Steady
+from .workload_draws import CHUNK, Work
 
 
-class Cell(ChunkRows, SandboxLifecycle, StepBody, FastBody, Segments, BodyLoad):
+class Cell(ChunkRows, SandboxLifecycle, StepBody, TrajectoryBody, Segments, BodyLoad):
     """One cell. Trajectories are loaded a chunk at a time and each finished chunk is folded into
     :attr:`acc` (and handed to ``sink``, or kept when ``keep``), so memory does not grow with N."""
 

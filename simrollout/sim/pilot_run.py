@@ -9,12 +9,12 @@ import math
 
 import numpy as np
 
-from ..overrides import base_dict
 from ..scenario import Scenario, Substrate, scenario_from_dict
-from ..workload import draw_work
+from ..scenario.overrides import base_dict
 from .model import Cell
 from .records import OK
 from .serving_pilot import FIRST, LAST, MIN_ENGINES, MIN_FIT, MIN_IN_FLIGHT, STEADY, WAVES, Pilot, phases
+from .workload_draws import draw_work
 
 
 def slice_scenario(scn: Scenario, sub: Substrate, concurrency: int) -> tuple[Scenario, int]:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..rng import stream
-from ..substrate_draws import first_failure
-from ..workload import CHUNK
 from .records import CANCELLED, FAILED, LOST, OK
+from .substrate_draws import first_failure
+from .workload_draws import CHUNK
 
 
 @dataclass(slots=True)
@@ -181,7 +181,7 @@ class SandboxLifecycle:
         p_exec = fleet.fail["exec"](fleet.load(dom) + 1.0)
         u_exec0, calls = a.first_draws[4], a.first_draws[6]
         fail_call = first_failure(u_exec0 if a.first else a.rng.random(), p_exec, int(calls))
-        body = self._body_steps if self.step else self._body_fast
+        body = self._body_steps if self.step else self._body_trajectory
         if self.loop is not None and self.loop.bodies is not None:  # the loop's (sim.loop_body)
             body = self.loop.bodies.body
         self._count_bodies(+1)

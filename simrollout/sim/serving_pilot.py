@@ -6,7 +6,7 @@ cluster — ``E'`` of its ``E`` engines, and concurrency, sandbox slots (or quot
 pool, create rate and arrival rate scaled by ``E'/E`` — for a few waves of trajectories. From it:
 
 - the *load curve*: a turn's seconds over its unloaded seconds (alone on an engine with its
-  prefix cached, :func:`simrollout.workload.unloaded_turns`) by the bodies running per engine when
+  prefix cached, :func:`simrollout.sim.workload_draws.unloaded_turns`) by the bodies running per engine when
   it began — KV queueing, batching and prefixes prefilled again after an eviction are all in it;
 - the share of engines busy by the bodies running per engine;
 - each trajectory's *luck*: its generation seconds over what the load curve gives its turns,

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..rng import stream
-from ..substrate_draws import fails_within
-from ..workload import CHUNK
 from .records import INPUTS, OK
+from .substrate_draws import fails_within
+from .workload_draws import CHUNK
 
 if TYPE_CHECKING:
-    from .model import Cell
+    from .cell_view import CellView
 
 _RISK = 1.25  # as the trajectory engine's: a trajectory whose end times this passes its deadline runs in full
 _FULL = 16  # one trajectory in this many runs in full and refreshes the window
@@ -40,7 +40,7 @@ _COL = {k: n for n, k in enumerate(INPUTS)}
 class Steady:
     """The sliding window and the one-wait trajectories of one cell."""
 
-    def __init__(self, cell: Cell):
+    def __init__(self, cell: CellView):
         c = cell.concurrency
         self.cell = cell
         self.size, self.first, self.last = _bounds(c, cell.work.n)
@@ -55,7 +55,7 @@ class Steady:
         self.ran = 0  # one-wait trajectories run
 
     @staticmethod
-    def applies(cell: Cell) -> bool:
+    def applies(cell: CellView) -> bool:
         """The run has a steady state this model covers, long enough to be worth a window."""
         scn, pol, fleet = cell.scn, cell.scn.policy, cell.fleet
         plain = not (pol.warm_pool or scn.workload.images or pol.reuse or fleet.quota is not None)

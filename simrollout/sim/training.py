@@ -22,11 +22,12 @@ import numpy as np
 import simpy
 
 from ..rng import stream
-from ..scenario import LinearTime, Training
-from ..workload import CHUNK
+from ..scenario import Training
 from .loop_body import LoopBodies
 from .records import OK
+from .trainer_time import TrainerClock
 from .training_results import CAUSES, LoopResults, StepRecord
+from .workload_draws import CHUNK
 
 _BLOCK = 1024  # prompts / trajectories per random block (the streams are keyed by block)
 
@@ -59,6 +60,10 @@ class TrainingLoop(LoopResults):
         self.next_index = 0
         self.exhausted = False  # the trajectory budget ran out
         self.v0 = np.zeros(self.n, dtype=np.int32)  # version a trajectory started under
+        self.v_end = np.zeros(self.n, dtype=np.int32)  # version when it ended
+        self._stale = self._partial = 0  # this step's trained samples: stale, crossed a version
+        self.window_left = 0  # sync: groups still to gather until the next weight sync
+        self.clock = TrainerClock(self)
         self.started = np.zeros(self.n, dtype=bool)
         self.end = np.zeros(self.n)  # when a finished trajectory released its slot
         self.steps_done = np.zeros(self.n, dtype=np.int64)
@@ -151,15 +156,16 @@ class TrainingLoop(LoopResults):
         as many as the staleness bound and the rollout slots allow (async)."""
         tr = self.tr
         if tr.mode == "async":
-            bound = (self.version + tr.max_staleness + 1) * self.B
+            bound = (self.version + 1 + tr.ahead) * tr.version_groups
             while (
                 len(self.live) + len(self.ready) + self.trained_groups < bound
                 and self.queued + self.running + self.G <= max(self.cell.concurrency, self.G)
                 and self._start_group()
             ):
                 pass
-        elif self.collecting:
-            while len(self.live) + len(self.ready) < tr.groups_per_step and self._start_group():
+        elif self.collecting:  # the window's groups still to gather, over-sampled
+            need = math.ceil(self.window_left * (1.0 + tr.over_sampling) - 1e-9)
+            while len(self.live) + len(self.ready) < need and self._start_group():
                 pass
 
     def _worker(self):
@@ -193,7 +199,7 @@ class TrainingLoop(LoopResults):
         status, worker, sandbox, llm = int(row[8]), row[4], row[5], row[6]
         grp = self.groups[int(self.group_of[i])]
         grp.cost += (worker, sandbox, llm, 1)
-        self.end[i], self.steps_done[i] = row[1], row[10]
+        self.end[i], self.steps_done[i], self.v_end[i] = row[1], row[10], self.version
         if grp.state == "discarded":
             self.discard[grp.cause] += (worker, sandbox, llm, 1)
             return
@@ -255,32 +261,25 @@ class TrainingLoop(LoopResults):
     def _fresh(self, grp: Group) -> bool:
         """The group may still train at the current version: in async mode, none of its started
         members lags the policy by more than the bound (a ready group has them all started)."""
-        if self.tr.mode != "async":
+        if self.tr.mode != "async" or self.tr.stale_policy == "keep":
             return True
         started = self.v0[grp.members][self.started[grp.members]]
-        return not started.size or self.version - int(started.min()) <= self.tr.max_staleness
+        return not started.size or self.version - int(started.min()) <= self.tr.stale_versions
 
-    def _gather(self):
-        """Wait for ``B`` useful ready groups; returns them, or None when the budget ran out."""
+    def _gather(self, n: int):
+        """Wait for ``n`` useful ready groups; returns them, or None when the budget ran out."""
         while True:
             for grp in [x for x in self.ready if not self._fresh(x)]:
                 self._discard(grp, "staleness")
-            if len(self.ready) >= self.B:  # the first B ready; groups ready at once in prompt order
-                batch = sorted(self.ready, key=lambda x: (x.ready_at, x.g))[: self.B]
+            if len(self.ready) >= n:  # the first n ready; groups ready at once in prompt order
+                batch = sorted(self.ready, key=lambda x: (x.ready_at, x.g))[:n]
                 for grp in batch:
                     self.ready.remove(grp)
                 return batch
             self._top_up()
-            if self.exhausted and not self._live() and len(self.ready) < self.B:
+            if self.exhausted and not self._live() and len(self.ready) < n:
                 return None
             yield self.changed
-
-    def _collect(self):
-        self.collecting = True
-        self._top_up()
-        batch = yield from self._gather()
-        self.collecting = False
-        return batch
 
     def _leftovers(self) -> None:
         """After a step's groups are gathered (sync, one_step_off): the rest are cancelled, or
@@ -289,51 +288,92 @@ class TrainingLoop(LoopResults):
             for grp in list(self.ready) + self._live():
                 self._discard(grp, "over_sampling")
 
-    def _train(self, k: int, batch: list[Group], start: float, ready: float):
-        env, tr = self.env, self.tr
-        rng = stream(self._seed, self._rep, "training", "trainer", k)
+    def _take(self, batch: list[Group]) -> list[int]:
+        """The groups train: their samples' staleness, and whether they crossed a version."""
         members = [i for grp in batch for i in grp.members]
         for grp in batch:
             grp.state = "trained"
             self.trained_groups += 1
             self.groups.pop(grp.g)
-        self.staleness.extend((self.version - self.v0[members]).tolist())
+        lag = self.version - self.v0[members]
+        self.staleness.extend(lag.tolist())
         self.trained_members.extend(members)
-        if isinstance(tr.train_time, LinearTime):
-            tt, idx = tr.train_time, np.asarray(members)
-            train = tt.intercept + tt.per_step * int(self.steps_done[idx].sum())
-            if tt.per_token:
-                train += tt.per_token * float(self.tokens_trained(idx).sum())
+        self._stale += int((lag > 0).sum())
+        self._partial += int((self.v_end[members] > self.v0[members]).sum())
+        return members
+
+    def _step(self, k: int, start: float, first: list[Group] | None = None):
+        """Step ``k``: gather its B groups ``mini_batch`` at a time (``first``: gathered already),
+        train each as it is ready, and sync the weights after every ``sync_every`` steps.
+        Returns False when the budget ran out."""
+        env, tr = self.env, self.tr
+        m = tr.update_groups
+        drawn, sync = self.clock.draws(k)
+        window_end = (k + 1) % tr.sync_every == 0
+        members, train, wait, masked, t_first = [], 0.0, 0.0, 0, None
+        ready = start
+        for j in range(self.B // m):
+            t = env.now
+            batch = first if first is not None else (yield from self._gather(m))
+            if batch is None:
+                return False
+            wait += env.now - (start if first is not None else t)  # one_step_off: since the last step
+            ready = env.now
+            if tr.mode == "sync" and self.collecting:
+                self.window_left -= m
+                if window_end and j == self.B // m - 1:  # the window's groups are all gathered
+                    self.collecting = False
+                    self._leftovers()
+            piece = self._take(batch)
+            members += piece
+            masked += sum(len(grp.masked) for grp in batch)
+            secs = self.clock.update(piece, m / self.B, drawn)
+            if tr.placement == "colocated":
+                self._close()
+            t_first = env.now if t_first is None else t_first
+            yield env.timeout(secs)
+            train += secs
+            if tr.placement == "colocated" and not (window_end and j == self.B // m - 1):
+                self._open()  # generation resumes between updates
+        t1 = env.now
+        if window_end:
+            yield from self._sync_weights(sync)
         else:
-            train = float(tr.train_time.sample(rng, 1)[0])
-        sync = float(tr.weight_sync_time.sample(rng, 1)[0])
-        if tr.placement == "colocated":
-            self._close()
-        t0 = env.now
-        yield env.timeout(train)
+            sync = 0.0
+        mean_end = float(self.end[members].mean())
+        busy = self.cell.tier.busy_seconds if self.cell.step else math.nan
+        self.steps.append(StepRecord(start, ready, mean_end, train, sync, env.now, len(members), masked,
+                                     wait, self._stale, self._partial, busy))  # fmt: skip
+        self._stale = self._partial = 0
+        if self.trace is not None:
+            self._trace_step(k, start, ready, t_first, t1, env.now)
+        return True
+
+    def _sync_weights(self, sync: float):
+        """Load the new weights into the engines; the version goes up."""
+        env, tr = self.env, self.tr
         if not tr.partial_rollouts and tr.mode == "one_step_off" and self.collecting:
             # no trajectory mixes versions: the sync waits until the batch in generation is gathered
             while self.collecting:
                 yield self.changed
-        t1 = env.now
         if self.gate is None and tr.pause_engines_on_sync:  # disaggregated: the engines load the weights
             self._close()
         yield env.timeout(sync)
         self.version += 1
         if self.gate is None and self.bodies is not None:  # the bodies count steps under the new version
             self.bodies.barrier()
+        self._open()
+        self._after_sync()
+
+    def _open(self) -> None:
         if self.gate is not None:
             self.gate.succeed()
             self.gate = None
-        masked = sum(len(grp.masked) for grp in batch)
-        mean_end = float(self.end[members].mean())
-        self.steps.append(StepRecord(start, ready, mean_end, train, sync, env.now, len(members), masked))
-        if self.trace is not None:
-            self._trace_step(k, start, ready, t0, t1, env.now)
-        self._after_sync()
 
     def _close(self) -> None:
         """Close the gate: generation waits for the new weights (bodies stop at their step's end)."""
+        if self.gate is not None:
+            return
         self.gate = self.env.event()
         if self.bodies is not None:
             self.bodies.barrier()
@@ -351,12 +391,12 @@ class TrainingLoop(LoopResults):
     def _sync(self):
         for k in range(self.tr.steps):
             start = self.env.now
-            batch = yield from self._collect()
-            if batch is None:
+            if k % self.tr.sync_every == 0:  # a window's groups start at once (verl's stream mode)
+                self.window_left = self.B * min(self.tr.sync_every, self.tr.steps - k)
+                self.collecting = True
+                self._top_up()
+            if not (yield from self._step(k, start)):
                 return
-            ready = self.env.now
-            self._leftovers()
-            yield from self._train(k, batch, start, ready)
 
     def _one_step_off(self):
         batches = simpy.Store(self.env)
@@ -367,14 +407,18 @@ class TrainingLoop(LoopResults):
             if item is None:
                 return
             batch, ready = item
-            yield from self._train(k, batch, last, max(ready, last))
+            yield from self._step(k, last, batch)
             last = self.env.now
 
     def _collector(self, batches: simpy.Store):
         for k in range(self.tr.steps):
             while self.version < k - 1:  # step k generates with the weights of step k - 2 or newer
                 yield self.changed
-            batch = yield from self._collect()
+            self.window_left = self.B
+            self.collecting = True
+            self._top_up()
+            batch = yield from self._gather(self.B)
+            self.collecting = False
             if batch is None:
                 yield batches.put(None)
                 return
@@ -383,11 +427,8 @@ class TrainingLoop(LoopResults):
 
     def _async(self):
         for k in range(self.tr.steps):
-            start = self.env.now
-            batch = yield from self._gather()
-            if batch is None:
+            if not (yield from self._step(k, self.env.now)):
                 return
-            yield from self._train(k, batch, start, self.env.now)
 
     def run(self):
         """The loop as one process: workers, then the mode's collector and trainer."""

@@ -21,6 +21,10 @@ class StepRecord:
     end: float  # weights synced
     samples: int
     masked: int
+    rollout: float  # the trainer waited for groups (the rollout phase a framework reports)
+    stale: int  # trained samples started under an older version
+    partial: int  # trained samples whose generation crossed a weight sync
+    engine_busy: float  # the engines' busy seconds so far (step fidelity; else NaN)
 
 
 class LoopResults:
@@ -36,6 +40,19 @@ class LoopResults:
         off = w.step_off[idx].astype(np.int64)
         return w.prompt[idx] + self._token_cum[off + self.steps_done[idx]] - self._token_cum[off]
 
+    def truncated(self, idx: np.ndarray) -> int:
+        """Samples among ``idx`` with a turn cut at ``workload.tokens.max_tokens`` (a response at
+        the cap counts, as verl's clip ratio counts it)."""
+        tok, w = self.cell.scn.workload.tokens, self.cell.work
+        if tok is None or not tok.max_tokens or not idx.size:
+            return 0
+        n = self.steps_done[idx]
+        first = np.repeat(w.step_off[idx].astype(np.int64), n)
+        turn = first + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        x = np.repeat(self.cell.task_scale[idx], n)
+        cut = np.rint(w.step_output[turn] * x) >= tok.max_tokens
+        return int(np.unique(np.repeat(idx, n)[cut]).size)
+
     def _trainer_busy(self) -> float:
         """Seconds the trainer spent training and syncing weights."""
         return float(sum(x.train + x.sync for x in self.steps))
@@ -43,6 +60,10 @@ class LoopResults:
     def _engine_busy(self) -> float:
         """Engine seconds generating: the tier's at step fidelity, else the cell's estimate."""
         return self.cell.tier.busy_seconds if self.cell.step else self.cell.gpu_busy_seconds()
+
+    def _engines(self) -> int:
+        inf = self.cell.scn.cluster.inference
+        return inf.engines if inf is not None else 0
 
     def _run_end(self) -> float:
         """When the last trajectory ended (cancelled ones tear down after the last step) or the
@@ -81,6 +102,7 @@ class LoopResults:
             "step_seconds_p99": float(np.percentile(step_s, 99)) if done else nan,
             "step_generation_seconds": float(col("generation_s").mean()) if done else nan,
             "step_last_group_seconds": float(col("last_group_s").mean()) if done else nan,
+            "step_rollout_seconds": float(col("rollout_s").mean()) if done else nan,
             "step_train_seconds": float(train.mean()) if done else nan,
             "step_sync_seconds": float(sync.mean()) if done else nan,
             "trainer_idle_fraction": 1.0 - busy_train / T if done else nan,
@@ -89,6 +111,9 @@ class LoopResults:
             "staleness_p99": float(np.percentile(stale, 99)),
             "staleness_max": float(stale.max()),
             "trained_samples": samples,
+            "stale_samples_trained": int(col("stale_samples").sum()) if done else 0,
+            "partial_samples_trained": int(col("partial_samples").sum()) if done else 0,
+            "truncated_samples": self.truncated(np.asarray(self.trained_members, dtype=np.int64)),
             "masked_samples": masked,
             "useful_trajectories_per_hour": (samples - masked) / T * 3600 if done else nan,
             "steps_under_newer_version": self.gen_steps[1] / generated if generated else 0.0,
@@ -155,16 +180,25 @@ class LoopResults:
         )
 
     def step_table(self) -> list[dict]:
-        """One row per trained step: its time and its breakdown."""
-        rows, prev = [], 0.0
+        """One row per trained step: its time and its breakdown, and what the frameworks report
+        per step: the rollout phase (the trainer's wait for groups), the trainer's busy and idle
+        seconds, the engines' idle share (step fidelity; colocated: of the time they do not
+        train), the stale samples trained and the partial ones (generation crossed a sync)."""
+        rows, prev, busy0 = [], 0.0, 0.0
+        engines, colocated = self._engines(), self.tr.placement == "colocated"
         for k, x in enumerate(self.steps):
             step = x.end - prev
             wait = step - x.train - x.sync
             last = min(max(x.ready - min(max(x.mean_end, x.start), x.ready), 0.0), max(wait, 0.0))
+            avail = engines * (step - (x.train + x.sync if colocated else 0.0))
+            idle = 1.0 - (x.engine_busy - busy0) / avail if avail > 0 and self.cell.step else math.nan
             rows.append({"step": k, "end_s": x.end, "step_s": step, "generation_s": wait - last,
                          "last_group_s": last, "train_s": x.train, "sync_s": x.sync,
-                         "samples": x.samples, "masked": x.masked})  # fmt: skip
-            prev = x.end
+                         "samples": x.samples, "masked": x.masked, "rollout_s": x.rollout,
+                         "trainer_busy_s": x.train + x.sync, "trainer_idle_s": max(wait, 0.0),
+                         "rollouter_idle_ratio": idle, "stale_samples": x.stale,
+                         "partial_samples": x.partial})  # fmt: skip
+            prev, busy0 = x.end, x.engine_busy
         return rows
 
     # ------------------------------------------------------------ Chrome trace events

@@ -1,5 +1,5 @@
 """A workload section fitted to a trace: each quantity by the calibration's fitting
-(:func:`simrollout.calibration.families.fit_phase`: maximum likelihood over the families, selected by
+(:func:`simrollout.distributions.families.fit_phase`: maximum likelihood over the families, selected by
 AIC among those the KS test does not reject), kept when it is within :data:`TOLERANCE` of the
 trace's p50, p90 and p99, else the trace's own quantile curve. Counts (steps per trajectory,
 tool calls per step) are their exact histogram; the best family is reported beside it."""
@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
-from ..calibration.families import fit_phase
 from ..distributions import Constant, Discrete, Empirical, dump_dist
+from ..distributions.families import fit_phase
 from .frames import calls_frame, quantiles, steps_frame, trajectories_frame
 from .model import TraceSet
 

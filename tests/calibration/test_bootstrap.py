@@ -10,10 +10,10 @@ import yaml
 
 from simrollout.calibration.bootstrap import resample, sandbox_blocks
 from simrollout.calibration.calibrate import calibrate
-from simrollout.calibration.synthetic import simulate_probe
 from simrollout.errors import InputError
 from simrollout.scenario import Substrate
 from tests.conftest import cli
+from tests.synthetic_probe import simulate_probe
 
 TRUE = Substrate.model_validate({
     "name": "s", "cold_start": {"kind": "lognormal", "median": 0.4, "p99": 1.2},

@@ -10,9 +10,9 @@ from simrollout.calibration.backends import get_backend
 from simrollout.calibration.calibrate import calibrate
 from simrollout.calibration.drift import NOT_MEASURED, TARGETS, reference_drift, split_reference
 from simrollout.calibration.probe import ProbePlan, probe, read_records
-from simrollout.calibration.synthetic import simulate_probe
 from simrollout.scenario import Substrate
 from tests.conftest import cli
+from tests.synthetic_probe import simulate_probe
 
 # teardown a constant and uncontended: its reference medians show the injected drift exactly
 SUB = Substrate.model_validate({
@@ -108,7 +108,7 @@ def test_a_process_probe_runs_its_reference_blocks_and_marks_them(tmp_path):
 
 
 def test_an_engine_probes_reference_requests_give_its_drift_and_stay_out_of_its_fit():
-    from simrollout.calibration.engine_fit import engine_profile
+    from tests.calibration.engine_fitting import engine_profile
     from tests.conftest import ROOT
 
     recs = read_records([ROOT / "tests/calibration/records/llama-cpp-tiny-m.jsonl"])
@@ -160,8 +160,8 @@ def test_the_suites_engine_drift_reads_lone_prompts_and_decode_runs_and_widens_t
     """An engine cell's sitting drift: time to first token of plain requests alone in flight (a
     loaded level's is where a request fell in the batch, left out), time per output token of the
     decode runs; given to the fit, its refits carry it, the point fit unchanged."""
-    from simrollout.calibration.engine_fit import engine_profile
-    from simrollout.calibration.suite_engine import sitting_drift
+    from simrollout.validation.suite_engine import sitting_drift
+    from tests.calibration.engine_fitting import engine_profile
     from tests.conftest import ROOT
 
     recs = [r for r in read_records([ROOT / "tests/calibration/records/llama-cpp-tiny-m.jsonl"]) if r["ok"]]

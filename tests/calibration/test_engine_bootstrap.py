@@ -10,10 +10,10 @@ import pytest
 
 from simrollout.calibration.calibrate import write_profile
 from simrollout.calibration.engine_bootstrap import request_blocks, with_drift
-from simrollout.calibration.engine_fit import engine_profile
-from simrollout.calibration.validate_engine import agent_scenario
 from simrollout.scenario import Engine
-from simrollout.uncertainty import run_with_bands
+from simrollout.validation.validate_engine import agent_scenario
+from simrollout.whatif.uncertainty import run_with_bands
+from tests.calibration.engine_fitting import engine_profile
 from tests.calibration.test_engine_fit import TRUE, synthetic_probe
 
 TOOL = {"kind": "lognormal", "median": 0.2, "p99": 1.0}

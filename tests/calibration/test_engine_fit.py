@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import simpy
 
-from simrollout.calibration.engine_fit import engine_profile, fit_engine
 from simrollout.errors import InputError
 from simrollout.scenario import Engine, Inference
 from simrollout.sim.serving import ServingTier
+from tests.calibration.engine_fitting import engine_profile, fit_engine
 
 TRUE = {"base": 0.03, "per_prefill_token": 0.0025, "per_prefill_attention": 1e-6, "per_decode": 0.004,
         "per_context_token": 4e-5}  # fmt: skip
@@ -314,7 +314,7 @@ def test_calibrate_cli_writes_an_engine_profile_a_scenario_can_use(tmp_path):
 
 
 def test_validate_engine_compares_with_the_median_of_repeated_real_runs():
-    from simrollout.calibration.validate_engine import agent_scenario, compare_engine
+    from simrollout.validation.validate_engine import agent_scenario, compare_engine
 
     root = Path(__file__).resolve().parents[2]
     scn = agent_scenario(root / "calibration/engines/llama-cpp-tiny.yaml", 2, 3, [1], 64, 16, 8,

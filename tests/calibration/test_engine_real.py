@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from simrollout.calibration.calibrate import write_profile
-from simrollout.calibration.engine_fit import engine_profile
 from simrollout.calibration.engine_probe import EnginePlan, Server, probe_engine
 from simrollout.calibration.probe import read_records
+from tests.calibration.engine_fitting import engine_profile
 from tests.conftest import ROOT, cli
 
 sys.path.insert(0, str(ROOT / "scripts"))

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from simrollout.calibration.calibrate import calibrate, from_quantiles
-from simrollout.calibration.families import fit_phase
 from simrollout.calibration.probe import read_records
+from simrollout.distributions.families import fit_phase
 from simrollout.errors import InputError
 from simrollout.scenario import load_profile
 from tests.conftest import cli
@@ -107,8 +107,8 @@ def test_contention_slope_and_failure_rate_are_recovered(shared):
     # a probe run on a known model: create latency x (1 + 0.05 (n - 1)), n = operations in flight
     # at its start, or (shared) each create progressing at 1 / (1 + 0.05 (n - 1)) with n re-read
     # as operations come and go; 10% of creates fail
-    from simrollout.calibration.synthetic import simulate_probe
     from simrollout.scenario import Substrate
+    from tests.synthetic_probe import simulate_probe
 
     true = Substrate(name="t", cold_start={"kind": "lognormal", "median": 0.15, "p99": 0.4},
                      exec_overhead={"kind": "lognormal", "median": 0.15, "p99": 0.4}, teardown=0.15,
@@ -237,7 +237,7 @@ def test_a_calibrated_curve_predicts_unmeasured_levels_of_a_known_law(tmp_path):
     # probes from operations slowed by a known saturation law, each at its level's multiplier from
     # its start (the at-start reading); the fitted curve at 12 and 48 in flight (never probed) is
     # within 10% of the law
-    from simrollout.contention import law
+    from simrollout.distributions.contention import law
 
     truth = (3.0, 1.0, 3.0)
     lines = []
@@ -295,8 +295,8 @@ def test_a_remote_backends_contention_is_scoped_to_its_client(tmp_path):
 
 
 def test_the_older_per_level_points_stay_available_and_are_named_in_the_provenance():
-    from simrollout.calibration.synthetic import simulate_probe
     from simrollout.scenario import Substrate
+    from tests.synthetic_probe import simulate_probe
 
     true = Substrate(name="t", cold_start=0.1, exec_overhead=0.05, teardown=0.1, contention={"exec": 0.1})
     recs = simulate_probe(true, levels=(1, 4, 16), sandboxes=40, commands=4, seed=3)

@@ -4,7 +4,7 @@ known answers, in both fidelities."""
 import numpy as np
 import pytest
 
-from simrollout.executors import run_scenario
+from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
 from tests.conftest import make
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from simrollout.executors import run_scenario
+from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
 from tests.conftest import make
 

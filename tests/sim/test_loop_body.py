@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from simrollout.errors import InputError
-from simrollout.fidelity import Row, build
-from simrollout.runner import CellKey, run_cell
+from simrollout.run.runner import CellKey, run_cell
 from simrollout.scenario import scenario_from_dict
 from simrollout.sim.model import Cell
 from simrollout.sim.records import CANCELLED
-from simrollout.workload import draw_work
+from simrollout.sim.workload_draws import draw_work
+from simrollout.validation.fidelity import Row, build
+from simrollout.validation.verdicts import fidelity_choice
 from tests.sim.test_training import scenario
 
 
@@ -80,12 +81,12 @@ def test_grpo_loop_at_trajectory_fidelity_on_a_loaded_host_matches_the_step_engi
 
 def test_auto_runs_a_long_loop_on_the_trajectory_engine_and_says_why():
     d = build(Row("async", "host", "train", trajectories=1000), 0, 20, 256)
-    fid, why = scenario_from_dict(d).fidelity_choice()
+    fid, why = fidelity_choice(scenario_from_dict(d))
     assert fid == "trajectory" and "training loop" in why
     short = build(Row("async", "host", "train", trajectories=5), 0, 20, 256)
-    assert scenario_from_dict(short).fidelity_choice()[0] == "step"  # small: every step simulated
+    assert fidelity_choice(scenario_from_dict(short))[0] == "step"  # small: every step simulated
     d["training"]["on_failure"] = "retry"  # no matrix row: the step engine, said so
-    fid, why = scenario_from_dict(d).fidelity_choice()
+    fid, why = fidelity_choice(scenario_from_dict(d))
     assert fid == "step" and "on_failure 'retry'" in why
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import simpy
 
-from simrollout.executors import run_scenario
+from simrollout.run.executors import run_scenario
 from simrollout.scenario import Inference, scenario_from_dict
 from simrollout.sim.serving import ServingTier
 
@@ -115,7 +115,7 @@ def test_a_cached_prefix_pair_costs_per_cached_attention_when_given():
     import numpy as np
 
     from simrollout.scenario import Engine
-    from simrollout.workload import unloaded_turns
+    from simrollout.sim.workload_draws import unloaded_turns
 
     it = {**IT, "per_prefill_attention": 1e-7, "per_cached_attention": 2e-5}
     env = simpy.Environment()
@@ -149,7 +149,7 @@ def test_the_cached_rate_applies_only_to_chunks_below_its_size():
     ``per_cached_attention`` per cached pair, a longer one a new pair's, whatever shares its
     iteration; the fast engine's turn times agree with the event engine on both sides."""
     from simrollout.scenario import Engine
-    from simrollout.workload import unloaded_turns
+    from simrollout.sim.workload_draws import unloaded_turns
 
     it = {**IT, "per_prefill_attention": 1e-7, "per_cached_attention": 2e-5, "cached_attention_below": 64}
     engine = Engine.model_validate({"iteration": it, "kv_capacity_tokens": 16384, "max_batch_tokens": 512})
@@ -380,7 +380,7 @@ def test_train_time_in_tokens_prices_each_trained_sequence():
     """``train_time: {kind: linear, per_token}``: each step trains for its samples' tokens, the
     prompt plus the appended and output tokens of every turn they generated."""
     from simrollout.sim.model import Cell
-    from simrollout.workload import draw_work
+    from simrollout.sim.workload_draws import draw_work
 
     d = scenario(2, concurrency=16)
     d["workload"].pop("trajectories")
@@ -409,7 +409,7 @@ def test_training_engine_idle_is_unused_kv_not_no_request():
     """With serving engines, the loop's engine idle is the KV cache its running requests leave
     unused while the engines could generate, not the time with no request at all."""
     from simrollout.sim.model import Cell
-    from simrollout.workload import draw_work
+    from simrollout.sim.workload_draws import draw_work
 
     d = scenario(2, concurrency=16)
     d["workload"].pop("trajectories")

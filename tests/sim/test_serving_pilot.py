@@ -6,14 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simrollout.executors import run_scenario
-from simrollout.fidelity import Row, build
-from simrollout.overrides import base_dict
-from simrollout.runner import work_for
+from simrollout.run.executors import run_scenario
+from simrollout.run.runner import work_for
 from simrollout.scenario import load_scenario, scenario_from_dict
+from simrollout.scenario.overrides import base_dict
 from simrollout.sim.model import Cell
 from simrollout.sim.pilot_run import run_pilot, slice_scenario
 from simrollout.sim.serving_pilot import FIRST, LAST, STEADY, phases
+from simrollout.validation.fidelity import Row, build
+from simrollout.validation.verdicts import resolved_fidelity
 
 
 def _alone(tokens: dict, steps: int = 12, trajectories: int = 3) -> dict:
@@ -68,7 +69,7 @@ def test_the_pilot_is_a_slice_of_the_cluster():
     pilot, conc = slice_scenario(scn, scn.substrates[0], 256)
     # 16 in flight per engine: 4 engines carry 64 in flight, a quarter of everything
     assert pilot.cluster.inference.engines == 4 and conc == 64
-    assert pilot.trajectories == 4 * 64 and pilot.resolved_fidelity() == "step"
+    assert pilot.trajectories == 4 * 64 and resolved_fidelity(pilot) == "step"
     sub = pilot.substrates[0]
     assert sub.capacity.hosts == 1 and sub.create_rate == pytest.approx(10.0)
     assert pilot.policy.warm_pool == 8 and pilot.cluster.clients == 2

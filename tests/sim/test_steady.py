@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from simrollout.executors import run_scenario
-from simrollout.fidelity import METRICS, TOLERANCE, Row, build
+from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
 from simrollout.sim.steady import Steady
+from simrollout.validation.fidelity import METRICS, TOLERANCE, Row, build
 
 
 def _run(d: dict, monkeypatch=None, steady: bool = True):
@@ -91,7 +91,7 @@ def test_the_table_and_summary_say_how_many_waited_at_once(tmp_path):
 def test_fails_within_agrees_with_first_failure_call_by_call():
     import numpy as np
 
-    from simrollout.substrate_draws import fails_within, first_failure
+    from simrollout.sim.substrate_draws import fails_within, first_failure
 
     rng = np.random.default_rng(0)
     u, calls = rng.random(2000), rng.integers(0, 200, 2000)

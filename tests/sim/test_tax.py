@@ -4,13 +4,13 @@ tax_* means, held to worker-hours, to each trajectory's own time and to its pre-
 import numpy as np
 import pytest
 
-from simrollout.executors import run_scenario
-from simrollout.fidelity import Row, build
-from simrollout.metrics import TAX
+from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
+from simrollout.sim.metrics import TAX
 from simrollout.sim.records import FAILED, OK
-from simrollout.substrate_draws import draw_substrate
-from simrollout.workload import CHUNK, draw_work
+from simrollout.sim.substrate_draws import draw_substrate
+from simrollout.sim.workload_draws import CHUNK, draw_work
+from simrollout.validation.fidelity import Row, build
 
 WORKER_PHASES = ["tax_cold_start_s", "tax_exec_overhead_s", "tax_teardown_s", "tax_retry_s", "tax_tool_s"]
 ROWS = [

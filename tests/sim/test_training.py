@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from simrollout.runner import CellKey, run_cell
+from simrollout.run.runner import CellKey, run_cell
 from simrollout.scenario import scenario_from_dict
 from simrollout.sim.model import Cell
-from simrollout.workload import draw_work
+from simrollout.sim.workload_draws import draw_work
 from tests.conftest import make
 
 # every trajectory: cold 0.5 + 5 x (llm 2 + exec 0.1 + tool 1) + teardown 0.2 = 16.2 s
@@ -191,7 +191,7 @@ def test_colocated_engines_hold_generation_while_training():
 
 
 def test_a_run_out_of_budget_says_so():
-    from simrollout.executors import run_scenario
+    from simrollout.run.executors import run_scenario
 
     d = make(**CONST)
     d["workload"]["trajectories"] = 40  # a cap: 2.5 steps of 16
@@ -207,7 +207,7 @@ def test_a_run_out_of_budget_says_so():
 
     from rich.console import Console
 
-    from simrollout.report import print_table
+    from simrollout.run.report import print_table
 
     buf = StringIO()
     print_table(res, Console(file=buf, width=300))
@@ -220,7 +220,7 @@ def test_every_combination_of_the_loop_trains_its_steps():
     trajectory run has one outcome, and async staleness stays within its bound."""
     import itertools
 
-    from simrollout.executors import run_scenario
+    from simrollout.run.executors import run_scenario
 
     over = {**CONST, "workload.steps": {"kind": "lognormal", "median": 4, "p99": 20},
             "workload.llm_time": {"kind": "lognormal", "median": 1, "p99": 10}, "cluster.concurrency": 24,

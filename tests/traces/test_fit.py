@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from simrollout.distributions import parse_dist
-from simrollout.executors import run_scenario
+from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
 from simrollout.traces import read_trace
 from simrollout.traces import synthetic as sy

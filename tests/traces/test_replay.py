@@ -7,10 +7,10 @@ import pytest
 from scipy import stats
 
 from simrollout.errors import InputError
-from simrollout.executors import run_scenario
+from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
+from simrollout.sim.workload_draws import draw_work
 from simrollout.traces import synthetic as sy
-from simrollout.workload import draw_work
 
 from .conftest import SAMPLE, ZERO, write
 
@@ -94,7 +94,7 @@ def test_replay_keeps_correlations(tmp_path):
 
 def test_replay_tokens_grow_contexts(traces, tmp_path):
     trajs, (path,) = traces["tracelab"]
-    eng = {"profile": str(SAMPLE.parents[3] / "calibration/engines/llama3.1-8b-h100-vllm.yaml"), "engines": 2}
+    eng = {"profile": str(SAMPLE.parents[4] / "calibration/engines/llama3.1-8b-h100-vllm.yaml"), "engines": 2}
     scn = _scn(
         path, "tracelab", tmp_path, llm="tokens", _top={"cluster": {"concurrency": 2, "inference": eng}}
     )

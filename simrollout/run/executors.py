@@ -1,0 +1,208 @@
+"""Where cells run: in this process (``serial``), in local processes (``local``, all cores by
+default), or as tasks on a Ray cluster (``ray``). Same seeds, same numbers on every executor."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from ..errors import InputError
+from ..scenario import Scenario
+from ..sim.workload_draws import check_memory
+from ..validation.verdicts import resolved_fidelity
+from .runner import CellKey, RunResult, assemble, cell_keys, run_cell, work_for
+from .trajectory_files import sink_for
+
+EXECUTORS = ("local", "serial", "ray")
+_TICK = 4096  # trajectories between progress reports
+
+# What forked workers inherit: the scenarios and the progress queue.
+_SHARED: dict = {}
+
+
+def run_scenario(
+    scn: Scenario,
+    jobs: int | None = None,
+    keep_records: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    executor: str = "local",
+    address: str | None = None,
+    records_dir=None,
+) -> RunResult:
+    """Simulate every cell of ``scn``; see :func:`run_many`."""
+    return run_many([scn], executor, jobs, keep_records, progress, address, records_dir)[0]
+
+
+def _cell(scn: Scenario, key: CellKey, keep: bool, records_dir, progress=None):
+    sink = sink_for(records_dir, scn, key)
+    try:
+        return run_cell(scn, key, keep, progress=progress, sink=sink)
+    finally:
+        if sink is not None:
+            sink.close()
+
+
+def _local_task(i: int, key: CellKey, keep: bool, records_dir):
+    q = _SHARED.get("queue")
+    summary, rec = _cell(_SHARED["scenarios"][i], key, keep, records_dir, q.put if q is not None else None)
+    if q is not None:
+        q.put(_SHARED["scenarios"][i].trajectories % _TICK)
+    return i, key, summary, rec
+
+
+def run_many(
+    scenarios: list[Scenario],
+    executor: str = "local",
+    jobs: int | None = None,
+    keep_records: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    address: str | None = None,
+    records_dir: Path | None = None,
+) -> list[RunResult]:
+    """Run every cell of every scenario; ``progress(done, total)`` counts trajectories.
+
+    ``records_dir``: each cell streams its per-trajectory records to a Parquet file there."""
+    if executor not in EXECUTORS:
+        raise InputError(f"--executor: expected one of {list(EXECUTORS)}, got '{executor}'.")
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs: expected at least 1 process, got {jobs}.")
+    for s in scenarios:
+        check_memory(s)
+    tasks = [(i, k) for i, s in enumerate(scenarios) for k in cell_keys(s)]
+    total = sum(scenarios[i].trajectories for i, _ in tasks)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    if executor == "ray":
+        out = _run_ray(scenarios, tasks, keep_records, progress, total, address, records_dir)
+    elif executor == "serial" or jobs == 1:
+        done = [0]
+
+        def tick(k: int) -> None:
+            done[0] += k
+            if progress is not None:
+                progress(done[0], total)
+
+        out = [(i, k, *_cell(scenarios[i], k, keep_records, records_dir, tick)) for i, k in tasks]
+    else:
+        out = _run_local(scenarios, tasks, keep_records, progress, total, jobs, records_dir)
+    per: list[list] = [[] for _ in scenarios]
+    for i, key, summary, rec in out:
+        per[i].append((key, summary, rec))
+    return [assemble(s, r) for s, r in zip(scenarios, per)]
+
+
+def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    _SHARED.update(scenarios=scenarios, queue=q)
+    # draw each distinct workload once, before forking, so every cell inherits it
+    for i, key in tasks:
+        s = scenarios[i]
+        work_for(s, key.replication, resolved_fidelity(s) == "step", jobs, s.substrates[key.substrate])
+    done = 0
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_ignore_interrupts)
+    try:
+        futures = [pool.submit(_local_task, i, k, keep, records_dir) for i, k in tasks]
+        while not all(f.done() for f in futures):
+            try:
+                done += q.get(timeout=0.2)
+                if progress is not None:
+                    progress(done, total)
+            except queue.Empty:
+                pass
+        out = [f.result() for f in futures]
+        pool.shutdown()
+        return out
+    except BaseException:
+        # Ctrl-C, SIGTERM or a failed cell: end the workers now rather than wait for their cells
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        _SHARED.clear()
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which ends them (SIGTERM ends a worker at once)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _ray_cell(data: dict, key: CellKey, keep: bool, records_dir):
+    return _cell(Scenario.model_validate(data), key, keep, records_dir)
+
+
+def _run_ray(scenarios, tasks, keep, progress, total, address, records_dir):
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--executor ray needs Ray: pip install 'simrollout[ray]'.") from None
+    started = False
+    if not ray.is_initialized():
+        ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+        started = True
+    try:
+        remote = ray.remote(_ray_cell)
+        data = [s.model_dump(mode="json", by_alias=True, exclude_none=True) for s in scenarios]
+        refs = {remote.remote(data[i], k, keep, records_dir): (i, k) for i, k in tasks}
+        out, done, pending = [], 0, list(refs)
+        try:
+            while pending:
+                # short waits give Python back the control, so Ctrl-C and SIGTERM are seen promptly
+                try:
+                    ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
+                except SystemError as exc:  # Ctrl-C's handler raised inside Ray's compiled wait
+                    if exc.__context__ is not None and not isinstance(exc.__context__, Exception):
+                        raise exc.__context__ from None
+                    raise
+                if not ready:
+                    continue
+                i, k = refs[ready[0]]
+                summary, rec = ray.get(ready[0])
+                out.append((i, k, summary, rec))
+                done += scenarios[i].trajectories
+                if progress is not None:
+                    progress(done, total)
+        except BaseException:
+            for ref in pending:  # interrupted or failed: stop the cells still running
+                ray.cancel(ref, force=True)
+            raise
+        order = {ik: n for n, ik in enumerate(tasks)}
+        return sorted(out, key=lambda t: order[(t[0], t[1])])
+    finally:
+        if started and address is None:
+            mine = _ray_processes()
+            ray.shutdown()
+            _reap(mine)
+
+
+def _ray_processes() -> list:
+    """The local Ray node's processes this run started (raylet, GCS, agents, workers)."""
+    try:
+        import psutil
+
+        procs = psutil.Process().children(recursive=True)
+        return [p for p in procs if "ray" in " ".join(p.cmdline()[:2]).lower() or p.name().startswith("ray")]
+    except Exception:  # psutil missing, or a process gone while listed
+        return []
+
+
+def _reap(procs: list, grace: float = 5.0) -> None:
+    """Ray's agents exit on their own once their raylet is gone, but not always: an interrupt
+    during their start-up left them running. Whatever is left after ``grace`` seconds is killed."""
+    if not procs:
+        return
+    import psutil
+
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass

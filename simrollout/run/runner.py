@@ -1,0 +1,169 @@
+"""Run scenarios: every (substrate, concurrency, replication) cell, on an executor.
+
+>>> from simrollout.scenario import load_scenario          # doctest: +SKIP
+>>> from simrollout.run.executors import run_scenario          # doctest: +SKIP
+>>> result = run_scenario(load_scenario("scenarios/small.yaml"))  # doctest: +SKIP
+>>> result.summary[["substrate", "worker_hours"]]           # doctest: +SKIP
+
+Cells are independent and seeded by name, so serial, local-process and Ray runs give exactly the
+same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..scenario import Scenario
+from ..sim.metrics import aggregate, summarize
+from ..sim.model import Cell
+from ..sim.pilot_run import run_pilot
+from ..sim.records import Records
+from ..sim.workload_draws import Work, draw_work
+from ..validation.verdicts import fidelity_choice, resolved_fidelity, unbacked
+
+
+@dataclass(frozen=True)
+class CellKey:
+    substrate: int
+    concurrency: int
+    replication: int
+
+
+@dataclass
+class RunResult:
+    scenario: Scenario
+    fidelity: str
+    cells: pd.DataFrame  # one row per (substrate, concurrency, replication)
+    summary: pd.DataFrame  # mean (and ci95) over replications
+    records: dict[CellKey, Records] = field(default_factory=dict)
+    cdf: dict[CellKey, np.ndarray] = field(default_factory=dict)  # duration at CDF_LEVELS
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # training loop: one row per step
+    cold_cdf: dict[CellKey, np.ndarray] = field(default_factory=dict)  # cold start at CDF_LEVELS
+
+    @property
+    def fidelity_reason(self) -> str:
+        return fidelity_choice(self.scenario)[1]
+
+    @property
+    def fidelity_warning(self) -> str | None:
+        """Set when the scenario forces a fidelity the fidelity matrix does not back."""
+        return unbacked(self.scenario)
+
+
+# Workloads and substrate draws, cached per process: a cell reuses what an earlier cell of the
+# same workload drew (common random numbers; forked workers inherit what the parent drew).
+_WORK: dict[tuple, Work] = {}
+CDF_LEVELS = np.linspace(0.0, 1.0, 401)
+
+
+def _work_key(scn: Scenario, rep: int, detail: bool, sub=None) -> tuple:
+    return (
+        json.dumps(scn.workload.model_dump(mode="json", by_alias=True), sort_keys=True),
+        scn.seed,
+        scn.trajectories,
+        scn.policy.timeout,  # which bodies keep their per-step detail
+        rep,
+        detail,
+        None if sub is None else tuple(sorted(sub.tool_speed.items())),  # tool latencies differ by substrate
+    )
+
+
+def work_for(scn: Scenario, rep: int, detail: bool, jobs: int = 1, sub=None) -> Work:
+    """The workload of replication ``rep``; with a substrate that has ``tool_speed`` factors,
+    its own (the same draws, its tool latencies scaled)."""
+    sub = sub if sub is not None and sub.tool_speed else None
+    key = _work_key(scn, rep, detail, sub)
+    if key not in _WORK:
+        if len(_WORK) >= 4:
+            _WORK.pop(next(iter(_WORK)))
+        _WORK[key] = draw_work(scn, rep, detail, jobs, sub)
+    return _WORK[key]
+
+
+def run_cell(
+    scn: Scenario,
+    key: CellKey,
+    keep: bool = True,
+    progress: Callable[[int], None] | None = None,
+    sink: Callable[[Records, int], None] | None = None,
+) -> tuple[dict, Records | None]:
+    """Simulate one cell; returns its summary (with the duration and cold-start CDFs under
+    ``"_cdf"`` and ``"_cold_cdf"``) and, if
+    ``keep``, its per-trajectory records. ``sink(records, first_index)`` sees every chunk."""
+    fid = resolved_fidelity(scn)
+    sub = scn.substrates[key.substrate]
+    work = work_for(scn, key.replication, fid == "step", sub=sub)
+    pilot = None
+    if scn.workload.tokens is not None and fid != "step":  # the engines' load, from a pilot
+        pilot = run_pilot(scn, sub, key.concurrency, key.replication)
+    cell = Cell(scn, sub, key.concurrency, key.replication, work, fid, progress, sink, keep, pilot)
+    rec = cell.run()
+    busy = cell.gpu_busy_seconds()
+    summary = summarize(
+        cell.acc,
+        scn,
+        sub,
+        busy,
+        extra_sandbox_seconds=cell.fleet.pool_sandbox_seconds + cell.fleet.parked_seconds,
+        peak_sandboxes=cell.fleet.peak_sandboxes,
+        pool_idle_seconds=cell.fleet.pool_idle_seconds,
+    )
+    if cell.fleet.images is not None:
+        summary.update(cell.fleet.images.summary())
+    if scn.policy.reuse:
+        summary.update(sandboxes_reused=cell.fleet.reuses, reuse_idle_hours=cell.fleet.parked_seconds / 3600)
+    if pilot is not None:
+        summary.update(pilot.scaled_summary(cell.acc.turns))
+        engine_seconds = scn.cluster.inference.engines * cell.acc.end
+        summary["engine_busy_fraction"] = busy / engine_seconds if engine_seconds else 0.0
+    elif scn.workload.tokens is not None:
+        summary.update(cell.tier.summary(cell.acc.end))
+    if scn.sandboxless:  # no sandbox: the trajectory's wall time holds none
+        summary.update(sandbox_hours=0.0, sandbox_cost_usd=0.0)
+    if cell.loop is not None:
+        inf = scn.cluster.inference
+        cell.loop.adjust(summary, inf)
+        summary.update(cell.loop.summary(inf.engines if inf else 0, cell.tier.utilised_seconds))
+        summary["_steps"] = cell.loop.step_table()
+    # trajectories waited at once at multipliers drawn from a window of the steady state
+    summary["one_wait_fraction"] = cell.steady.ran / cell.acc.n if cell.steady and cell.acc.n else 0.0
+    summary["_cdf"] = cell.acc.sketch["duration"].quantile(CDF_LEVELS)
+    summary["_cold_cdf"] = cell.acc.sketch["cold_start"].quantile(CDF_LEVELS)
+    return summary, rec
+
+
+def cell_keys(scn: Scenario) -> list[CellKey]:
+    return [
+        CellKey(s, c, r)
+        for r in range(scn.replications)
+        for s in range(len(scn.substrates))
+        for c in scn.cluster.levels
+    ]
+
+
+def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]]) -> RunResult:
+    rows, cdf, cold, steps = [], {}, {}, []
+    for k, summary, _ in results:
+        cdf[k] = summary.pop("_cdf")
+        cold[k] = summary.pop("_cold_cdf")
+        for row in summary.pop("_steps", ()):
+            steps.append({"substrate": scn.substrates[k.substrate].name, "concurrency": k.concurrency,
+                          "replication": k.replication, **row})  # fmt: skip
+        rows.append(
+            {
+                "substrate": scn.substrates[k.substrate].name,
+                "concurrency": k.concurrency,
+                "replication": k.replication,
+                **summary,
+            }
+        )
+    cells = pd.DataFrame(rows)
+    records = {k: rec for k, _, rec in results if rec is not None}
+    return RunResult(
+        scn, resolved_fidelity(scn), cells, aggregate(cells), records, cdf, pd.DataFrame(steps), cold
+    )

@@ -1,0 +1,283 @@
+"""Per-trajectory work, drawn in vectorized chunks (never a Python loop per step).
+
+Common random numbers: trajectory ``i`` of replication ``r`` always draws its workload from the
+stream ``(seed, r, "workload", i // CHUNK)``, so it is the same on every substrate, every
+concurrency level, in both fidelities and in any process. Substrate draws (exec overhead per call,
+cold start, teardown, first failures) come from ``(seed, r, "substrate", name, ...)``.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+
+from ..distributions import Component, Mixture
+from ..rng import stream
+from ..scenario import Scenario, Substrate, Tool
+from ..validation.verdicts import resolved_fidelity
+
+CHUNK = 32_768
+KEEP = 0.5  # keep the per-step detail of bodies longer unloaded than this share of the timeout
+# a token workload's generation is its unloaded time times the engines' load, not known when the
+# work is drawn: keep detail as if the load made it this many times longer (else a body near its
+# deadline redraws its chunk)
+TOKEN_LOAD = 3.0
+_NO_TOOL = Tool(weight=1.0, latency=0.0)  # a workload without tools draws no call
+
+
+@dataclass
+class Work:
+    """Workload of all trajectories; per-step detail only when ``detail`` was asked for."""
+
+    steps: np.ndarray  # int, per trajectory
+    calls: np.ndarray  # int, tool calls per trajectory
+    llm: np.ndarray  # sum of unloaded generation time per trajectory, s
+    tool: np.ndarray  # sum of tool latency per trajectory, s
+    setup: np.ndarray
+    reward: np.ndarray
+    # per-step detail (step fidelity): flat arrays with offsets per trajectory
+    step_llm: np.ndarray | None = None
+    step_calls: np.ndarray | None = None
+    call_tool: np.ndarray | None = None
+    step_off: np.ndarray | None = field(default=None)
+    call_off: np.ndarray | None = field(default=None)
+    # per-step detail of the trajectories long enough to near the timeout (trajectory fidelity
+    # cuts them exactly): index -> (step_llm, step_calls, call_tool)
+    kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # token workload (step fidelity): prompt per trajectory, appended and output tokens per step
+    prompt: np.ndarray | None = None
+    step_append: np.ndarray | None = None
+    step_output: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.steps)
+
+
+def tool_mixture(scn: Scenario) -> Mixture:
+    tools = scn.workload.tools.values() or [_NO_TOOL]
+    return Mixture(components=[Component(weight=t.weight, dist=t.latency) for t in tools])
+
+
+def _counts(d, rng, n, lo: int) -> np.ndarray:
+    return np.maximum(np.rint(d.sample(rng, n)).astype(np.int64), lo)
+
+
+def _sum_by(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sum consecutive runs of ``values`` of the given lengths (lengths may be zero), in float64."""
+    if not values.size:
+        return np.zeros(len(counts))
+    starts = np.cumsum(counts) - counts
+    some = counts > 0
+    if some.all():
+        return np.add.reduceat(values, starts, dtype=np.float64)
+    out = np.zeros(len(counts))
+    out[some] = np.add.reduceat(values, starts[some], dtype=np.float64)  # the runs cover ``values``
+    return out
+
+
+def tool_speeds(scn: Scenario, sub: Substrate | None) -> np.ndarray | None:
+    """The substrate's tool speed factor per tool (or, replaying, per trace category); None
+    when every factor is 1."""
+    if sub is None or not sub.tool_speed:
+        return None
+    wl = scn.workload
+    if wl.replay is not None:
+        from ..traces.replay import load
+
+        return sub.speed_of(list(load(wl.replay).categories))
+    return sub.speed_of([t.category or name for name, t in wl.tools.items()])
+
+
+def _replayed(scn: Scenario, rep: int, c: int, m: int, rng) -> dict[str, np.ndarray]:
+    """A chunk's per-step arrays from the trace (:mod:`simrollout.traces.replay`); fields set
+    beside ``replay`` (``draw``) are drawn from ``rng`` instead."""
+    from ..traces.replay import gather, load, pick
+
+    wl, rp = scn.workload, scn.workload.replay
+    data = load(rp)
+    part = gather(data, pick(rp, data, scn.seed, rep, c, c * CHUNK, m), wl.max_turns)
+    if "llm_time" in rp.draw:
+        part["step_llm"] = wl.llm_time.sample(rng, int(part["steps"].sum()))
+    for f in ("setup", "reward"):
+        if f in rp.draw:
+            part[f] = getattr(wl, f).sample(rng, m)
+    return part
+
+
+def _draw_chunk(
+    scn: Scenario, rep: int, detail: bool, c: int, speed: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Workload of trajectories ``c * CHUNK ...`` from the chunk's own stream (or, replaying a
+    trace, the trace's trajectories); ``speed``: tool latency factors per tool (tool_speeds)."""
+    wl = scn.workload
+    m = min(CHUNK, scn.trajectories - c * CHUNK)
+    rng = stream(scn.seed, rep, "workload", c)
+    tok = None
+    if wl.replay is not None:
+        part = _replayed(scn, rep, c, m, rng)
+        steps, step_llm, step_calls = part["steps"], part["step_llm"], part["step_calls"]
+        call_tool, which = part["call_tool"], part["call_category"]
+        if wl.tokens is not None:
+            tok = {k: part[k] for k in ("prompt", "step_append", "step_output")}
+            if wl.tokens.max_tokens:
+                tok["step_output"] = np.minimum(tok["step_output"], wl.tokens.max_tokens)
+            step_llm = unloaded_turns(tok, steps, scn.cluster.inference.engine, wl.tokens.max_context)
+        setup, reward = part["setup"], part["reward"]
+    else:
+        steps = _counts(wl.steps, rng, m, 1)
+        if wl.max_turns:  # the harness's turn limit
+            steps = np.minimum(steps, wl.max_turns)
+        n_steps = int(steps.sum())
+        # with a token workload, a turn's time alone on an engine (the serving engines add the load)
+        step_llm = wl.llm_time.sample(rng, n_steps) if wl.llm_time is not None else None
+        if wl.tokens is not None:  # own stream: the other draws stay as they are
+            tok = _tokens(wl.tokens, stream(scn.seed, rep, "tokens", c), m, n_steps)
+            step_llm = unloaded_turns(tok, steps, scn.cluster.inference.engine, wl.tokens.max_context)
+        step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
+        call_tool, which = tool_mixture(scn).sample_which(rng, int(step_calls.sum()))
+        setup = wl.setup.sample(rng, m) if wl.setup else np.zeros(m)
+        reward = wl.reward.sample(rng, m) if wl.reward else np.zeros(m)
+    if speed is not None:  # this substrate runs each category's commands faster or slower
+        call_tool = call_tool * speed[which]
+    if wl.tool_timeout:  # the harness cuts a tool call here and returns an error to the agent
+        call_tool = np.minimum(call_tool, wl.tool_timeout)
+    calls = _sum_by(step_calls, steps).astype(np.int64)
+    llm, tool = _sum_by(step_llm, steps), _sum_by(call_tool, calls)
+    out = {
+        "steps": steps,
+        "calls": calls,
+        "llm": llm,
+        "tool": tool,
+        "setup": setup,
+        "reward": reward,
+    }
+    if detail:
+        out.update(step_llm=step_llm, step_calls=step_calls, call_tool=call_tool)
+        if tok is not None:
+            out.update(tok)
+    out["kept"] = {}
+    if scn.policy.timeout and not detail:
+        so, co = np.concatenate([[0], np.cumsum(steps)]), np.concatenate([[0], np.cumsum(calls)])
+        gen = llm * (TOKEN_LOAD if wl.tokens is not None else 1.0)
+        for k in np.flatnonzero(gen + tool > KEEP * scn.policy.timeout).tolist():
+            out["kept"][c * CHUNK + k] = (step_llm[so[k] : so[k + 1]].copy(),  # copies: the chunk is freed
+                                          step_calls[so[k] : so[k + 1]].copy(),
+                                          call_tool[co[k] : co[k + 1]].copy())  # fmt: skip
+    return out
+
+
+def _tokens(tok, rng: np.random.Generator, m: int, n_steps: int) -> dict[str, np.ndarray]:
+    """Token counts: the prompt per trajectory, appended and output tokens per step (the output
+    capped at ``max_tokens``)."""
+    prompt, append = _counts(tok.prompt, rng, m, 0), _counts(tok.appended, rng, n_steps, 0)
+    out = _counts(tok.output, rng, n_steps, 1)  # drawn in this order: same seed, same numbers
+    return {
+        "prompt": prompt,
+        "step_append": append,
+        "step_output": np.minimum(out, tok.max_tokens) if tok.max_tokens else out,
+    }
+
+
+def unloaded_turns(
+    tok: dict[str, np.ndarray], steps: np.ndarray, engine, max_context: int | None
+) -> np.ndarray:
+    """Seconds of every turn alone on an engine with its prefix cached: the per-request
+    overhead, the prefill of what was appended (of the whole context on the first turn and after
+    a compaction) in chunks of ``max_batch_tokens``, and the decodes at the growing context. The
+    context evolves as in the step engine (``Cell._turn``). Vectorized over trajectories, one
+    pass per turn index."""
+    it = engine.iteration
+    off = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
+    append, output = tok["step_append"], tok["step_output"]
+    out_t = np.empty(len(append))
+    ctx = np.zeros(len(steps), dtype=np.int64)  # context after the previous turn (0: none yet)
+    for k in range(int(steps.max(initial=0))):
+        live = np.flatnonzero(steps > k)
+        at = off[live] + k
+        a, o, prev = append[at], output[at], ctx[live]
+        top = np.minimum(max_context or np.iinfo(np.int64).max, engine.kv_capacity_tokens - o)
+        restart = np.minimum(tok["prompt"][live] + a, top)
+        grow = (prev > 0) & (prev + a <= top)
+        c = np.where(grow, prev + a, restart)
+        prefill = np.where(grow, np.maximum(c - prev, 1), np.maximum(c, 1))  # all but the cached prefix
+        chunks = -(-prefill // engine.max_batch_tokens)
+        d = o - 1
+        out_t[at] = (engine.overhead + chunks * it.base + it.prefill_seconds(prefill, c - prefill)
+                     + d * (it.base + it.per_decode + it.per_context_token * c)
+                     + it.per_context_token * d * (d + 1) / 2)  # fmt: skip
+        ctx[live] = c + o
+    return out_t
+
+
+def work_bytes(scn: Scenario) -> float:
+    """Bytes of one replication's workload arrays (per-step detail at step fidelity)."""
+    wl, n = scn.workload, scn.trajectories
+    per = 40.0  # steps, calls (int32) and four float64 sums
+    if resolved_fidelity(scn) == "step":
+        steps = min(wl.steps.mean(), wl.max_turns or math.inf)
+        per += 16 + steps * (16 + wl.calls_per_step.mean() * 16)  # offsets; per step; per call
+    return n * per
+
+
+def check_memory(scn: Scenario) -> None:
+    """Refuse, before drawing anything, a workload whose arrays would not fit in memory."""
+    import os
+
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    need = work_bytes(scn)
+    if need > 0.8 * total:
+        from ..errors import InputError
+
+        raise InputError(
+            f"{scn._source}: field 'workload.trajectories' ({scn.trajectories:,}) needs about "
+            f"{need / 2**30:,.1f} GiB for its workload arrays at {resolved_fidelity(scn)} fidelity, "
+            f"more than this machine's memory ({total / 2**30:,.1f} GiB); run fewer trajectories "
+            "(results scale linearly) or use fidelity: trajectory."
+        )
+
+
+def draw_work(
+    scn: Scenario, rep: int, detail: bool = False, jobs: int = 1, sub: Substrate | None = None
+) -> Work:
+    """Draw every trajectory's workload for replication ``rep`` (chunks in ``jobs`` processes),
+    filling preallocated arrays as chunks arrive so the peak is the result plus a few chunks.
+    ``sub``: apply its tool speed factors (the other draws are the same on every substrate)."""
+    n = scn.trajectories
+    chunks = range(-(-n // CHUNK))
+    draw = partial(_draw_chunk, scn, rep, detail, speed=tool_speeds(scn, sub))
+    kinds = {"steps": np.int32, "calls": np.int32}
+    sums = ("steps", "calls", "llm", "tool", "setup", "reward")
+    out = {k: np.empty(n, dtype=kinds.get(k, np.float64)) for k in sums}
+    details: dict[str, list] = {"step_llm": [], "step_calls": [], "call_tool": []}
+    if detail and scn.workload.tokens is not None:
+        details.update(prompt=[], step_append=[], step_output=[])
+    kept: dict = {}
+
+    def take(c: int, part: dict) -> None:
+        lo = c * CHUNK
+        for k in sums:
+            out[k][lo : lo + len(part[k])] = part[k]
+        for k in details if detail else ():
+            details[k].append(part[k])
+        kept.update(part["kept"])
+
+    if jobs > 1 and len(chunks) > 1:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+            for c, part in zip(chunks, pool.map(draw, chunks)):
+                take(c, part)
+    else:
+        for c in chunks:
+            take(c, draw(c))
+    work = Work(**out, kept=kept)
+    if detail:
+        for k, parts in details.items():
+            setattr(work, k, np.concatenate(parts))
+        work.step_off = np.concatenate([[0], np.cumsum(work.steps, dtype=np.int64)])
+        work.call_off = np.concatenate([[0], np.cumsum(work.calls, dtype=np.int64)])
+    return work
