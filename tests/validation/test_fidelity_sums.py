@@ -13,6 +13,7 @@ import pytest
 from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
 from simrollout.validation.fidelity import METRICS, TOLERANCE, Row, build, matrix
+from simrollout.validation.verdicts import resolved_fidelity
 
 ROWS = [r for r in matrix() if r.extra != "tokens" and not r.trajectories] + [
     Row("async", "tier", "tokens"),
@@ -22,7 +23,7 @@ ROWS = [r for r in matrix() if r.extra != "tokens" and not r.trajectories] + [
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
 def test_sums_drawn_at_once_agree_with_the_calls_drawn_one_by_one(row: Row):
-    if scenario_from_dict(build(row, 1_000_000, 20, 256)).resolved_fidelity() != "trajectory":
+    if resolved_fidelity(scenario_from_dict(build(row, 1_000_000, 20, 256))) != "trajectory":
         pytest.skip("auto runs the step engine in this mode")
     d = build(row, row.trajectories or 2000, 20, 256)
     out = {}
