@@ -400,7 +400,8 @@ def _bootstrap_bands(scn: Scenario) -> tuple[pd.DataFrame, str] | None:
         from ..whatif.uncertainty import run_with_bands
     except ImportError:
         return None
-    summary = run_with_bands(scn, jobs=1, executor="serial").summary
+    # the refits' band alone: the suite measures the model's own error against it
+    summary = run_with_bands(scn, jobs=1, executor="serial", model_error=False).summary
     if "band" not in summary or "bootstrap B=" not in str(summary["band"].iloc[0]):
         return None
     return summary.set_index("concurrency"), str(summary["band"].iloc[0])
