@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..scenario import Scenario
 from ..sim.metrics import aggregate, summarize
+from ..sim.compiled import run_compiled
 from ..sim.model import Cell
 from ..sim.pilot_run import run_pilot
 from ..sim.records import Records
@@ -101,8 +102,12 @@ def run_cell(
     pilot = None
     if scn.workload.tokens is not None and fid != "step":  # the engines' load, from a pilot
         pilot = run_pilot(scn, sub, key.concurrency, key.replication)
-    cell = Cell(scn, sub, key.concurrency, key.replication, work, fid, progress, sink, keep, pilot)
-    rec = cell.run()
+    if fid == "compiled":  # the trajectory engine's cell and draws, through the compiled loop
+        cell = Cell(scn, sub, key.concurrency, key.replication, work, "trajectory", progress, sink, keep, pilot)
+        rec = run_compiled(cell)
+    else:
+        cell = Cell(scn, sub, key.concurrency, key.replication, work, fid, progress, sink, keep, pilot)
+        rec = cell.run()
     busy = cell.gpu_busy_seconds()
     summary = summarize(
         cell.acc,

@@ -33,7 +33,7 @@ class Scenario(_Model):
     name: str = "scenario"
     seed: NonNegativeInt = 0
     replications: PositiveInt = 1
-    fidelity: Literal["auto", "step", "trajectory"] = "auto"
+    fidelity: Literal["auto", "step", "trajectory", "compiled"] = "auto"
     workload: Workload
     substrates: list[Substrate] = Field(min_length=1)
     cluster: Cluster

@@ -1,0 +1,233 @@
+"""The compiled engine: a cell's trajectories through an exact event loop compiled with numba
+(:mod:`.compiled_loop`), on the same pre-drawn inputs as the trajectory engine (the cell's chunks,
+the serving pilot's luck) and into the same records, metrics and engine busy time.
+
+What it covers (:func:`gaps`): async batches, Poisson arrivals and sync barriers; hosts with
+contention curves (``base x m(load at its start)``), operations weighed by phase, contention per
+host, service or client; quotas and create-rate limits; failures, retries and timeouts; serving
+engines through a pilot. Warm pools, task images, sandbox reuse, shared creates and teardowns,
+a loaded inference tier without serving engines and the training loop run on the other engines.
+The body runs in segments that re-read the load at each boundary, as the trajectory engine's do,
+without its steady-state sampling.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numba
+import numpy as np
+
+from ..rng import stream
+from ..scenario import Scenario, Substrate
+from . import compiled_loop as L
+from .compiled_ops import curve_params, rate_params
+from .records import Records
+from .workload_draws import CHUNK
+
+COMPILE = {"seconds": None}  # the first run's compile (or cache load) time in this process
+
+
+def gaps(scn: Scenario) -> str | None:
+    """What in ``scn`` the compiled engine does not cover (the first thing found), else None."""
+    pol, inf = scn.policy, scn.cluster.inference
+    checks = (
+        (scn.training is not None, "a training loop"),
+        (pol.warm_pool > 0, "a warm pool"),
+        (pol.reuse, "sandbox reuse"),
+        (scn.workload.images is not None, "task images"),
+        (any(s.contention.shared or s.contention.creates == "in_order" for s in scn.substrates),
+         "shared creates and teardowns"),  # fmt: skip
+        (inf is not None and bool(inf.slowdown) and scn.workload.tokens is None, "a loaded inference tier"),
+    )
+    return next((why for hit, why in checks if hit), None)
+
+
+def _params(cell) -> dict:
+    """The cell's fleet and policy as the loop's arrays."""
+    scn, sub, fleet = cell.scn, cell.sub, cell.fleet
+    pol, c = scn.policy, cell.concurrency
+    tables: list[np.ndarray] = []
+    fp = np.stack([curve_params(getattr(sub.contention, ph), tables) for ph in ("create", "exec", "teardown")])
+    tsz = np.array([len(tables[int(p[7])]) if p[0] else 0 for p in fp], dtype=np.int64)
+    if fp[:, 0].any():  # offsets: tables in the order their phases appended them
+        offs = np.cumsum([0] + [len(t) for t in tables])[:-1]
+        k = 0
+        for p in fp:
+            if p[0]:
+                p[7] = offs[k]
+                k += 1
+    tab = np.concatenate(tables) if tables else np.zeros(1)
+    rates = [rate_params(getattr(sub.failures, ph)) for ph in ("create", "exec", "teardown")]
+    w = sub.contention.weight_rows()
+    weights = np.array([w[ph] for ph in ("create", "exec", "teardown")]) if w else np.ones((3, 3))
+    domains = {"host": sub.capacity.hosts, "service": 1, "client": scn.cluster.clients}[fleet.scope]
+    p = np.zeros(14)
+    p[L.P_TIMEOUT] = pol.timeout or math.inf
+    p[L.P_RETRIES], p[L.P_BACKOFF] = pol.retries, pol.retry_backoff
+    p[L.P_RATE] = sub.create_rate or 0.0
+    p[L.P_MINBILL] = sub.billing.minimum_seconds
+    p[L.P_LOADED] = float(cell._loaded)
+    p[L.P_QUOTA] = float(fleet.quota is not None)
+    p[L.P_SCOPE] = {"host": 0, "service": 1, "client": 2}[fleet.scope]
+    p[L.P_CLIENTS] = scn.cluster.clients
+    p[L.P_BATCH] = pol.batch_size if pol.mode == "sync" else 0
+    p[L.P_TIMED] = float(scn.arrivals.kind == "poisson")
+    p[L.P_WEIGHTS] = float(w is not None)
+    p[L.P_N], p[L.P_C] = cell.work.n, c
+    curve = np.asarray(cell._curve, dtype=np.float64)
+    return dict(p=p, fp=fp, tab=tab, tsz=tsz, rates=rates, weights=weights, domains=domains, curve=curve)
+
+
+class CompiledRun:
+    """One cell through the compiled loop: its arrays, and the answers to the loop's requests."""
+
+    def __init__(self, cell):
+        self.cell = cell
+        n, c = cell.work.n, cell.concurrency
+        q = _params(cell)
+        self.inputs, self.out, self.gen = np.zeros((n, 13)), np.zeros((n, 14)), np.zeros((n, 3))
+        self.arrival, self.scale = np.zeros(n), np.ones(n)
+        for k in range((n + CHUNK - 1) // CHUNK):  # the chunks' draws, their rows in the run's arrays
+            st = cell._chunk(k)
+            sl = slice(st.lo, st.lo + len(st.inputs))
+            self.inputs[sl], self.arrival[sl] = st.inputs, st.arrival
+            if st.scale is not None:
+                self.scale[sl] = st.scale
+            st.inputs, st.out, st.gen, st.arrival = self.inputs[sl], self.out[sl], self.gen[sl], self.arrival[sl]
+        gi = np.zeros(19, dtype=np.int64)
+        gi[L.J_BHI] = n
+        gi[L.J_RESUME] = -1
+        total = cell.sub.capacity.total
+        gi[L.J_AVAIL] = total if total is not None else 0
+        heap = c + 2
+        events = n * (cell.scn.policy.retries + 1) + 1
+        self.pool = [np.zeros(1024), np.zeros(1024, dtype=np.int64), np.zeros(4096), np.zeros(4096)]
+        self.S = [
+            np.zeros((c + 1, L.NF)), np.zeros((c + 1, L.NI), dtype=np.int64), np.zeros(2), gi,
+            np.zeros(heap), np.zeros(heap, dtype=np.int64), np.zeros(heap, dtype=np.int64),
+            np.zeros(heap, dtype=np.int64), q["p"], self.inputs,
+            np.zeros(cell.sub.capacity.hosts, dtype=np.int64), np.zeros((3, q["domains"])),
+            np.zeros(q["domains"]), q["weights"], q["curve"], q["fp"], q["tab"], q["tsz"],
+            np.zeros(c + 1, dtype=np.int64), self.out, self.gen, self.arrival, self.scale,
+            tuple(x for x, _ in q["rates"]), tuple(y for _, y in q["rates"]),
+            np.zeros(events), np.zeros(events), *self.pool,
+        ]  # fmt: skip
+        self.used = [0, 0]  # steps and calls of the detail pools in use
+        self._detail_chunk = -1
+
+    def start(self) -> None:
+        S, pol = self.S, self.cell.scn.policy
+        if pol.mode == "sync":
+            L._batch(tuple(S), L.K_BATCH)
+        else:
+            for w in range(self.cell.concurrency):
+                L._push(tuple(S), 0.0, w, L.K_NEXT)
+
+    def loop(self) -> None:
+        """Run the loop to its end, answering its requests."""
+        cell, S = self.cell, self.S
+        gi = S[3]
+        while True:
+            code = L.run(tuple(S))
+            if code == L.R_DONE:
+                return
+            if code == L.R_PROGRESS:
+                if cell.progress is not None:
+                    cell.progress(int(gi[L.J_DONE] - gi[L.J_TOLD]))
+                gi[L.J_TOLD] = gi[L.J_DONE]
+                continue
+            w = int(gi[L.J_REQW])
+            if code == L.R_RETRY:
+                self._retry(w)
+            else:
+                self._detail(w)
+            gi[L.J_RESUME] = w
+
+    def _retry(self, w: int) -> None:
+        """A retry's draws, from its own stream, in the order the lifecycle uses them."""
+        cell, wf, wi = self.cell, self.S[0], self.S[1]
+        i, att = int(wi[w, L.I_I]), int(wi[w, L.I_ATT])
+        sub: Substrate = cell.sub
+        rng = stream(cell.scn.seed, cell.rep, "retry", sub.name, i, att)
+        wf[w, L.F_COLD] = float(sub.cold_start.sample(rng, 1)[0])
+        wf[w, L.F_UC], wf[w, L.F_UE] = rng.random(), rng.random()
+        wf[w, L.F_TDB] = float(sub.teardown.sample(rng, 1)[0])
+        wf[w, L.F_UT] = rng.random()
+        wi[w, L.I_HAVE_RD] = 1
+
+    def _detail(self, w: int) -> None:
+        """Trajectory's per-step detail into the pools (its chunk's detail kept while needed)."""
+        cell, wi = self.cell, self.S[1]
+        i = int(wi[w, L.I_I])
+        c = i // CHUNK
+        if c != self._detail_chunk and self._detail_chunk in cell._chunks:
+            cell._chunks[self._detail_chunk].detail = None
+        self._detail_chunk = c
+        d, j = cell._span(i)
+        a, b = int(d.step_off[j]), int(d.step_off[j + 1])
+        c0, c1 = int(d.call_off[j]), int(d.call_off[j + 1])
+        self._room(b - a, c1 - c0)
+        s0, k0 = self.used
+        sg, snc, co, ct = self.pool
+        sg[s0 : s0 + b - a], snc[s0 : s0 + b - a] = d.step_llm[a:b], d.step_calls[a:b]
+        co[k0 : k0 + c1 - c0], ct[k0 : k0 + c1 - c0] = d.call_overhead[c0:c1], d.call_tool[c0:c1]
+        wi[w, L.I_DS0], wi[w, L.I_DNS], wi[w, L.I_DC0], wi[w, L.I_DET] = s0, b - a, k0, 1
+        self.used = [s0 + b - a, k0 + c1 - c0]
+
+    def _room(self, steps: int, calls: int) -> None:
+        """Make room in the pools: keep only the details of trajectories in flight (and grow)."""
+        sg, snc, co, ct = self.pool
+        if self.used[0] + steps <= sg.size and self.used[1] + calls <= co.size:
+            return
+        wi = self.S[1]
+        live = np.flatnonzero(wi[:, L.I_DET] == 1)
+        calls_of = [int(snc[wi[w, L.I_DS0] : wi[w, L.I_DS0] + wi[w, L.I_DNS]].sum()) for w in live]
+        need_s = int(wi[live, L.I_DNS].sum()) + steps
+        need_c = sum(calls_of) + calls
+        new = [np.zeros(max(2 * need_s, sg.size)), np.zeros(max(2 * need_s, sg.size), dtype=np.int64),
+               np.zeros(max(2 * need_c, co.size)), np.zeros(max(2 * need_c, co.size))]  # fmt: skip
+        s, k = 0, 0
+        for w, nc in zip(live, calls_of):
+            a, ns, c0 = wi[w, L.I_DS0], wi[w, L.I_DNS], wi[w, L.I_DC0]
+            new[0][s : s + ns], new[1][s : s + ns] = sg[a : a + ns], snc[a : a + ns]
+            new[2][k : k + nc], new[3][k : k + nc] = co[c0 : c0 + nc], ct[c0 : c0 + nc]
+            wi[w, L.I_DS0], wi[w, L.I_DC0] = s, k
+            s, k = s + ns, k + nc
+        self.pool = new
+        self.S[-4:] = new
+        self.used = [s, k]
+
+    def finish(self) -> None:
+        """Fold every chunk into the cell's metrics; the fleet's peak and the bodies' times."""
+        cell, gi = self.cell, self.S[3]
+        for k in sorted(cell._chunks):
+            st = cell._chunks[k]
+            st.ran[:] = True
+            st.left = 0
+            cell._finish(k)
+        cell.fleet.peak_sandboxes = int(gi[L.J_PEAK])
+        if cell._curve:
+            cell._on, cell._off = self.S[25][: gi[L.J_NON]], self.S[26][: gi[L.J_NOFF]]
+        if cell.progress is not None and gi[L.J_DONE] > gi[L.J_TOLD]:
+            cell.progress(int(gi[L.J_DONE] - gi[L.J_TOLD]))
+
+
+def run_compiled(cell) -> Records | None:
+    """Run ``cell`` (a :class:`simrollout.sim.model.Cell` built at trajectory fidelity) through the
+    compiled loop; its ``acc`` and records as :meth:`Cell.run` leaves them."""
+    run = CompiledRun(cell)
+    if COMPILE["seconds"] is None:  # compiles, or loads numba's cache (cache=True)
+        t0 = time.perf_counter()
+        sig = (numba.typeof(tuple(run.S)),)
+        for f in (L.run, L._push, L._batch):
+            f.compile((sig[0], *([numba.float64, numba.int64, numba.int64] if f is L._push else
+                                 [numba.int64] if f is L._batch else [])))
+        COMPILE["seconds"] = time.perf_counter() - t0
+    run.start()
+    run.loop()
+    run.finish()
+    if not cell.keep:
+        return None
+    return Records(**{f: np.concatenate([getattr(r, f) for r in cell.kept]) for f in Records.fields()})

@@ -1,0 +1,472 @@
+"""The compiled engine's event loop (numba): a binary heap in arrays, one rollout worker per slot
+walking a trajectory through its lifecycle as a state machine: quota, create-rate token, create on
+the least-loaded host (``base x m(load at its start)``), the body in segments that re-read the load
+(the serving pilot's load curve and each body's luck, the host's exec load), teardown, failures,
+retries after their backoff and the deadline. It returns to Python (:mod:`.compiled`) for what only
+Python draws: a retry's draws and a trajectory's per-step detail."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .compiled_ops import cut, factor, fail_rate, first_failure, lost_at, sums
+
+# request codes (the loop's return value)
+R_DONE, R_RETRY, R_DETAIL, R_PROGRESS = 0, 1, 2, 3
+# states of a worker (what it does when its event fires)
+(K_NEXT, K_START, K_ATTEMPT, K_ATTEMPT2, K_QUOTA, K_TOKEN, K_PLACE, K_CREATE_END, K_AGAIN, K_BODY,
+ K_SEGSTART, K_SEG, K_SEG_END, K_LAST, K_TAIL_END, K_REWARD, K_BODY_END, K_TD, K_TD_OP_END, K_TD_END,
+ K_FINISH, K_BATCH, K_BATCH_GO) = range(23)  # fmt: skip
+# a worker's floats
+(F_START, F_DEADLINE, F_T0, F_LAT, F_WAITED, F_WORKER, F_SANDBOX, F_LLM, F_OVER, F_TD, F_LOST, F_BILLED,
+ F_COLD, F_UC, F_UE, F_TDB, F_UT, F_BT0, F_TG, F_TO, F_TT, F_PG, F_PO, F_PT, F_SETUP, F_REWARD, F_DONE,
+ F_G, F_TIME, F_O, F_SEG, F_PL, F_PE, F_XL, F_XE, F_DU, F_SG, F_SO, F_SD, F_CE, F_RG, F_RT, F_RO,
+ F_LUCK, F_LLMB, F_TTAIL, F_TDLAT) = range(47)  # fmt: skip
+NF = 47
+# a worker's integers
+(I_I, I_ATT, I_HOST, I_DOM, I_STATUS, I_STEPS, I_FAILS, I_FC, I_EXACT, I_PREV, I_UNITS, I_RS, I_RD, I_TDN,
+ I_DET, I_DS0, I_DNS, I_DC0, I_RESUME, I_TAIL, I_HAVE_RD, I_OK) = range(22)  # fmt: skip
+NI = 22
+# globals: floats, integers
+G_NOW, G_TOKEN = 0, 1
+(J_NEXT, J_SEQ, J_HSIZE, J_AVAIL, J_ALIVE, J_PEAK, J_BODIES, J_NON, J_NOFF, J_REQ, J_REQW, J_DONE,
+ J_QH, J_QL, J_ACTIVE, J_BHI, J_BNEXT, J_TOLD, J_RESUME) = range(19)  # fmt: skip
+# parameters
+(P_TIMEOUT, P_RETRIES, P_BACKOFF, P_RATE, P_MINBILL, P_LOADED, P_QUOTA, P_SCOPE, P_CLIENTS, P_BATCH,
+ P_TIMED, P_WEIGHTS, P_N, P_C) = range(14)  # fmt: skip
+# input columns (records.INPUTS)
+C_COLD, C_WARM, C_TD, C_UC, C_UE, C_UT, C_CALLS, C_LLM, C_OVER, C_TOOL, C_SETUP, C_REWARD, C_STEPS = range(13)
+OK, FAILED, TIMEOUT, LOST = 0, 1, 2, 3
+AT_RISK, STILL = 1.25, 0.01
+
+
+@njit(cache=True)
+def _push(S, t, w, k):
+    ht, hs, hw, hk = S[4], S[5], S[6], S[7]
+    GI = S[3]
+    n = GI[J_HSIZE]
+    seq = GI[J_SEQ]
+    GI[J_SEQ] = seq + 1
+    GI[J_HSIZE] = n + 1
+    while n > 0:  # sift up
+        p = (n - 1) >> 1
+        if ht[p] < t or (ht[p] == t and hs[p] < seq):
+            break
+        ht[n], hs[n], hw[n], hk[n] = ht[p], hs[p], hw[p], hk[p]
+        n = p
+    ht[n], hs[n], hw[n], hk[n] = t, seq, w, k
+
+
+@njit(cache=True)
+def _pop(S):
+    ht, hs, hw, hk = S[4], S[5], S[6], S[7]
+    GI = S[3]
+    t, w, k = ht[0], hw[0], hk[0]
+    n = GI[J_HSIZE] - 1
+    GI[J_HSIZE] = n
+    lt, ls, lw, lk = ht[n], hs[n], hw[n], hk[n]
+    i = 0
+    while True:  # sift down
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hs[c + 1] < hs[c])):
+            c += 1
+        if lt < ht[c] or (lt == ht[c] and ls < hs[c]):
+            break
+        ht[i], hs[i], hw[i], hk[i] = ht[c], hs[c], hw[c], hk[c]
+        i = c
+    ht[i], hs[i], hw[i], hk[i] = lt, ls, lw, lk
+    return t, w, k
+
+
+@njit(cache=True)
+def _load(S, d, phase):
+    """Operations in flight in domain ``d`` (with the running bodies' expected execs), as
+    ``phase`` sees them (-1: each counts one)."""
+    BY, EXL, P, W = S[11], S[12], S[8], S[13]
+    if phase < 0 or P[P_WEIGHTS] == 0.0:
+        return BY[0, d] + BY[1, d] + BY[2, d] + EXL[d]
+    return W[phase, 0] * BY[0, d] + W[phase, 1] * (BY[1, d] + EXL[d]) + W[phase, 2] * BY[2, d]
+
+
+@njit(cache=True)
+def _mult(S, d):
+    """Generation and exec-overhead multipliers of a body in domain ``d``."""
+    curve, FP, TAB, TSZ, GI = S[14], S[15], S[16], S[17], S[3]
+    x_l = 1.0
+    if curve.size:
+        x_l = curve[min(GI[J_BODIES], curve.size - 1)]
+    return x_l, factor(FP[1], TAB, TSZ[1], 1.0 + _load(S, d, 1))
+
+
+@njit(cache=True)
+def _release(S, host, now):
+    GI, P, sand, qq = S[3], S[8], S[10], S[18]
+    sand[host] -= 1
+    GI[J_ALIVE] -= 1
+    if P[P_QUOTA] != 0.0:
+        if GI[J_QL] > 0:  # the longest waiting get takes it
+            w2 = qq[GI[J_QH]]
+            GI[J_QH] = (GI[J_QH] + 1) % qq.size
+            GI[J_QL] -= 1
+            _push(S, now, w2, K_TOKEN)
+        else:
+            GI[J_AVAIL] += 1
+
+
+@njit(cache=True)
+def _request(S, w, code, kind):
+    S[3][J_REQ] = code
+    S[3][J_REQW] = w
+    S[1][w, I_RESUME] = kind
+
+
+@njit(cache=True)
+def _batch(S, kind):
+    """Sync batches: the next batch once every worker of the last one is done."""
+    G, GI, P, ARR = S[2], S[3], S[8], S[21]
+    n, now = int(P[P_N]), G[G_NOW]
+    lo = GI[J_BNEXT]
+    if lo >= n:
+        return
+    hi = min(lo + int(P[P_BATCH]), n)
+    if kind == K_BATCH and ARR[hi - 1] > now:
+        _push(S, ARR[hi - 1], int(P[P_C]), K_BATCH_GO)
+        return
+    if P[P_TIMED] == 0.0:
+        ARR[lo:hi] = now
+    GI[J_BHI], GI[J_NEXT], GI[J_BNEXT] = hi, lo, hi
+    k = min(int(P[P_C]), hi - lo)
+    GI[J_ACTIVE] = k
+    for w in range(k):
+        _push(S, now, w, K_NEXT)
+
+
+@njit(cache=True)
+def _advance(S, w, kind):  # noqa: C901 (one state machine)
+    WF, WI, G, GI, P = S[0][w], S[1][w], S[2], S[3], S[8]
+    IN, sand, BY, EXL, FP, TAB, TSZ, XS, YS = S[9], S[10], S[11], S[12], S[15], S[16], S[17], S[23], S[24]
+    OUT, GEN, SCALE, ON, OFF = S[19], S[20], S[22], S[25], S[26]
+    sg, snc, co, ct = S[27], S[28], S[29], S[30]
+    now = G[G_NOW]
+    loaded = P[P_LOADED] != 0.0
+    while True:
+        i = WI[I_I]
+        if kind == K_NEXT:
+            if GI[J_NEXT] >= GI[J_BHI]:
+                if P[P_BATCH] > 0:
+                    GI[J_ACTIVE] -= 1
+                    if GI[J_ACTIVE] == 0:
+                        _batch(S, K_BATCH)
+                return
+            i = GI[J_NEXT]
+            GI[J_NEXT] = i + 1
+            WI[I_I] = i
+            WI[I_DET] = 0
+            if P[P_TIMED] != 0.0 and S[21][i] > now:
+                _push(S, S[21][i], w, K_START)
+                return
+            kind = K_START
+        elif kind == K_START:
+            WF[F_START] = now
+            WF[F_DEADLINE] = now + P[P_TIMEOUT]
+            for f in (F_WAITED, F_WORKER, F_SANDBOX, F_LLM, F_OVER, F_TD, F_LOST, F_LAT):
+                WF[f] = 0.0
+            WI[I_ATT], WI[I_STATUS], WI[I_STEPS] = 0, OK, 0
+            kind = K_ATTEMPT
+        elif kind == K_ATTEMPT:
+            WI[I_ATT] += 1
+            if WI[I_ATT] == 1:
+                WF[F_COLD], WF[F_UC], WF[F_UE] = IN[i, C_COLD], IN[i, C_UC], IN[i, C_UE]
+                WF[F_TDB], WF[F_UT] = IN[i, C_TD], IN[i, C_UT]
+            elif WI[I_HAVE_RD] == 0:
+                _request(S, w, R_RETRY, K_ATTEMPT2)
+                return
+            kind = K_ATTEMPT2
+        elif kind == K_ATTEMPT2:
+            WI[I_HAVE_RD] = 0
+            WF[F_T0] = now
+            kind = K_QUOTA
+        elif kind == K_QUOTA:
+            if P[P_QUOTA] != 0.0:
+                if GI[J_AVAIL] > 0 and GI[J_QL] == 0:
+                    GI[J_AVAIL] -= 1
+                else:
+                    qq = S[18]
+                    qq[(GI[J_QH] + GI[J_QL]) % qq.size] = w
+                    GI[J_QL] += 1
+                    return
+            kind = K_TOKEN
+        elif kind == K_TOKEN:
+            kind = K_PLACE
+            if P[P_RATE] > 0:
+                t = max(now, G[G_TOKEN])
+                G[G_TOKEN] = t + 1.0 / P[P_RATE]
+                if t - now > 0:
+                    _push(S, t, w, K_PLACE)
+                    return
+        elif kind == K_PLACE:
+            host = int(np.argmin(sand))
+            sand[host] += 1
+            GI[J_ALIVE] += 1
+            GI[J_PEAK] = max(GI[J_PEAK], GI[J_ALIVE])
+            WF[F_WAITED] += now - WF[F_T0]
+            scope = P[P_SCOPE]
+            d = host if scope == 0 else (0 if scope == 1 else i % int(P[P_CLIENTS]))
+            WI[I_HOST], WI[I_DOM] = host, d
+            WI[I_FAILS] = WF[F_UC] < fail_rate(XS[0], YS[0], _load(S, d, -1) + 1.0)
+            BY[0, d] += 1.0
+            lat = WF[F_COLD] * factor(FP[0], TAB, TSZ[0], _load(S, d, 0))
+            WF[F_TDLAT] = lat
+            _push(S, now + lat, w, K_CREATE_END)
+            return
+        elif kind == K_CREATE_END:
+            BY[0, WI[I_DOM]] -= 1.0
+            lat = WF[F_TDLAT]
+            WF[F_LAT] = lat
+            WF[F_WORKER] += lat
+            if WI[I_FAILS]:
+                _release(S, WI[I_HOST], now)
+                WF[F_LOST] += lat
+                WF[F_SANDBOX] += max(lat, P[P_MINBILL])
+                kind = K_AGAIN
+            else:
+                WF[F_BILLED] = lat
+                kind = K_BODY
+        elif kind == K_AGAIN:
+            att = WI[I_ATT]
+            if att > P[P_RETRIES]:
+                WI[I_STATUS] = FAILED
+                kind = K_FINISH
+            elif P[P_BACKOFF] > 0:
+                _push(S, now + P[P_BACKOFF] * 2.0 ** (att - 1), w, K_ATTEMPT)
+                return
+            else:
+                kind = K_ATTEMPT
+        elif kind == K_BODY:
+            d = WI[I_DOM]
+            p_exec = fail_rate(XS[1], YS[1], _load(S, d, -1) + 1.0)
+            fc = first_failure(WF[F_UE], p_exec, int(IN[i, C_CALLS]))
+            luck = SCALE[i]
+            llm = IN[i, C_LLM] * luck
+            setup, reward, steps = IN[i, C_SETUP], IN[i, C_REWARD], IN[i, C_STEPS]
+            whole = setup + llm + IN[i, C_OVER] + IN[i, C_TOOL] + reward
+            if WI[I_DET] == 0 and (fc > 0 or (not loaded and now + whole > WF[F_DEADLINE])):
+                _request(S, w, R_DETAIL, K_BODY)
+                return
+            GI[J_BODIES] += 1
+            ON[GI[J_NON]] = now
+            GI[J_NON] += 1
+            WF[F_LUCK], WF[F_BT0] = luck, now
+            status, units, WI[I_TAIL] = OK, int(steps), 0
+            if fc > 0:
+                status = LOST
+                units, WF[F_TG], WF[F_TO], WF[F_TT] = lost_at(
+                    sg, snc, co, ct, WI[I_DS0], WI[I_DNS], WI[I_DC0], fc, luck
+                )
+                WI[I_TAIL] = 1
+            WI[I_RS], WI[I_UNITS] = status, units
+            if not loaded:  # nothing contends: one wait, cut at the deadline
+                if WI[I_TAIL] == 0:
+                    g, o, part, done = llm, IN[i, C_OVER], llm + IN[i, C_OVER] + IN[i, C_TOOL], int(steps)
+                else:
+                    g, o, t = sums(sg, snc, co, ct, WI[I_DS0], WI[I_DC0], 0, units, luck)
+                    g, o, t = g + WF[F_TG], o + WF[F_TO], t + WF[F_TT]
+                    part, done = g + o + t, units
+                dur = setup + part + (reward if status == OK else 0.0)
+                if now + dur > WF[F_DEADLINE]:
+                    dur, WI[I_RS] = max(WF[F_DEADLINE] - now, 0.0), TIMEOUT
+                    done, g, o = 0, 0.0, 0.0
+                    if dur > setup:
+                        done, g, o = cut(sg, snc, co, ct, WI[I_DS0], WI[I_DC0], 0, int(steps), luck, 1.0,
+                                         dur - setup, False)  # fmt: skip
+                    part = dur - setup
+                WF[F_RG], WF[F_RT], WF[F_RO], WI[I_RD] = g, part, o, done
+                _push(S, now + dur, w, K_BODY_END)
+                return
+            st = steps if steps else 1.0
+            WF[F_PG], WF[F_PO], WF[F_PT] = llm / st, IN[i, C_OVER] / st, IN[i, C_TOOL] / st
+            if not steps:
+                WF[F_PG] = WF[F_PO] = WF[F_PT] = 0.0
+            WF[F_SETUP], WF[F_REWARD] = setup, reward
+            WF[F_DONE] = WF[F_G] = WF[F_TIME] = WF[F_O] = 0.0
+            if setup:
+                left = WF[F_DEADLINE] - now
+                if setup > left:
+                    WI[I_RS], WI[I_RD], WF[F_RG], WF[F_RT], WF[F_RO] = TIMEOUT, 0, 0.0, 0.0, 0.0
+                    _push(S, now + max(left, 0.0), w, K_BODY_END)
+                    return
+                _push(S, now + setup, w, K_SEGSTART)
+                return
+            kind = K_SEGSTART
+        elif kind == K_SEGSTART:
+            x_l, x_e = _mult(S, WI[I_DOM])
+            rate = WF[F_PG] * x_l + WF[F_PO] * x_e + WF[F_PT]
+            exact = WI[I_TAIL] == 1 or now + (WI[I_UNITS] - WF[F_DONE]) * rate * AT_RISK > WF[F_DEADLINE]
+            if exact and WI[I_DET] == 0:
+                _request(S, w, R_DETAIL, K_SEGSTART)
+                return
+            WI[I_EXACT], WI[I_PREV], WF[F_SEG] = exact, 0, 1.0
+            kind = K_SEG
+        elif kind == K_SEG:
+            units, done = WI[I_UNITS], WF[F_DONE]
+            if done >= units - 1e-9:
+                kind = K_LAST
+                continue
+            x_l, x_e = _mult(S, WI[I_DOM])
+            if WI[I_PREV]:
+                moved = max(abs(x_l / WF[F_PL] - 1.0), abs(x_e / WF[F_PE] - 1.0))
+                WF[F_SEG] = WF[F_SEG] * 2 if moved <= STILL else max(1.0, WF[F_SEG] / 2)
+            WI[I_PREV], WF[F_PL], WF[F_PE] = 1, x_l, x_e
+            exact = WI[I_EXACT] == 1
+            du = min(WF[F_SEG], units - done)
+            if exact and done + du < units:
+                du = max(1.0, float(int(du)))
+            luck = WF[F_LUCK]
+            if exact and done == int(done) and int(done + du) > int(done):
+                k1 = min(int(done + du), units)
+                g0, o0, t0 = sums(sg, snc, co, ct, WI[I_DS0], WI[I_DC0], int(done), k1, luck)
+                rem = (done + du) - k1
+                g0, o0, t0 = g0 + WF[F_PG] * rem, o0 + WF[F_PO] * rem, t0 + WF[F_PT] * rem
+            else:
+                g0, o0, t0 = WF[F_PG] * du, WF[F_PO] * du, WF[F_PT] * du
+            dd = g0 * x_l + o0 * x_e + t0
+            left = WF[F_DEADLINE] - now
+            if dd > left:  # the deadline falls in this segment
+                left = max(left, 0.0)
+                if exact and done == int(done):
+                    k, g, o = cut(sg, snc, co, ct, WI[I_DS0], WI[I_DC0], int(done),
+                                  min(int(done + du) + 1, units), x_l * luck, x_e, left, False)  # fmt: skip
+                else:
+                    k, g, o = int(du * left / dd), g0 * x_l * left / dd, o0 * x_e * left / dd
+                WI[I_RS], WI[I_RD] = TIMEOUT, int(done) + k
+                WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G] + g, WF[F_TIME] + left, WF[F_O] + o
+                _push(S, now + left, w, K_BODY_END)
+                return
+            ce = o0 * x_e / dd if dd > 0 else 0.0
+            EXL[WI[I_DOM]] += ce
+            WF[F_CE], WF[F_SD], WF[F_DU], WF[F_SG], WF[F_SO] = ce, dd, du, g0 * x_l, o0 * x_e
+            _push(S, now + dd, w, K_SEG_END)
+            return
+        elif kind == K_SEG_END:
+            EXL[WI[I_DOM]] -= WF[F_CE]
+            WF[F_G] += WF[F_SG]
+            WF[F_O] += WF[F_SO]
+            WF[F_TIME] += WF[F_SD]
+            WF[F_DONE] += WF[F_DU]
+            kind = K_SEG
+        elif kind == K_LAST:
+            if WI[I_TAIL]:  # the lost sandbox's last step, up to the failing call
+                x_l, x_e = _mult(S, WI[I_DOM])
+                WF[F_XL], WF[F_XE], WF[F_TTAIL] = x_l, x_e, now
+                tl = WF[F_TG] * x_l + WF[F_TO] * x_e + WF[F_TT]
+                left = WF[F_DEADLINE] - now
+                WI[I_OK] = tl <= left
+                _push(S, now + (tl if tl <= left else max(left, 0.0)), w, K_TAIL_END)
+                return
+            kind = K_REWARD
+        elif kind == K_TAIL_END:
+            spent = now - WF[F_TTAIL]
+            gl = WF[F_TG] * WF[F_XL]
+            WF[F_G] += min(gl, spent)
+            WF[F_O] += min(WF[F_TO] * WF[F_XE], max(spent - gl, 0.0))
+            WF[F_TIME] += spent
+            if not WI[I_OK]:
+                WI[I_RS], WI[I_RD] = TIMEOUT, WI[I_UNITS]
+                WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G], WF[F_TIME], WF[F_O]
+                kind = K_BODY_END
+                continue
+            kind = K_REWARD
+        elif kind == K_REWARD:
+            WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G], WF[F_TIME], WF[F_O]
+            WI[I_RD] = int(WF[F_DONE] + 1e-9)
+            reward = WF[F_REWARD]
+            if WI[I_RS] == OK and reward:
+                left = WF[F_DEADLINE] - now
+                if reward > left:
+                    WI[I_RS], WI[I_RD] = TIMEOUT, WI[I_UNITS]
+                    _push(S, now + max(left, 0.0), w, K_BODY_END)
+                else:
+                    _push(S, now + reward, w, K_BODY_END)
+                return
+            kind = K_BODY_END
+        elif kind == K_BODY_END:
+            GI[J_BODIES] -= 1
+            OFF[GI[J_NOFF]] = now
+            GI[J_NOFF] += 1
+            g, wt = WF[F_RG], WF[F_RT]
+            GEN[i, 0], GEN[i, 1], GEN[i, 2] = WF[F_BT0], now, g / wt if wt > 0 else 0.0
+            WI[I_STATUS], WF[F_LLMB], WI[I_STEPS], WF[F_OVER] = WI[I_RS], g, WI[I_RD], WF[F_RO]
+            WF[F_RT] = now - WF[F_BT0]  # busy
+            kind = K_TD
+        elif kind == K_TD:
+            d = WI[I_DOM]
+            again = WF[F_UT] < fail_rate(XS[2], YS[2], _load(S, d, -1) + 1.0)
+            WF[F_TTAIL] = now
+            if not loaded:
+                _push(S, now + WF[F_TDB] * (2.0 if again else 1.0), w, K_TD_END)
+                return
+            WI[I_TDN] = 2 if again else 1
+            BY[2, d] += 1.0
+            _push(S, now + WF[F_TDB] * factor(FP[2], TAB, TSZ[2], _load(S, d, 2)), w, K_TD_OP_END)
+            return
+        elif kind == K_TD_OP_END:
+            d = WI[I_DOM]
+            BY[2, d] -= 1.0
+            WI[I_TDN] -= 1
+            if WI[I_TDN] > 0:
+                BY[2, d] += 1.0
+                _push(S, now + WF[F_TDB] * factor(FP[2], TAB, TSZ[2], _load(S, d, 2)), w, K_TD_OP_END)
+                return
+            kind = K_TD_END
+        elif kind == K_TD_END:
+            td = now - WF[F_TTAIL]
+            WF[F_TD] = td
+            _release(S, WI[I_HOST], now)
+            llm, busy = WF[F_LLMB], WF[F_RT]
+            WF[F_LLM] += llm
+            WF[F_WORKER] += busy - llm + td
+            WF[F_SANDBOX] += max(WF[F_BILLED] + busy + td, P[P_MINBILL])
+            kind = K_FINISH
+            if WI[I_STATUS] == LOST:
+                WF[F_LOST] += WF[F_LAT] + busy - llm + td
+                kind = K_AGAIN
+        elif kind == K_FINISH:
+            failed = WI[I_STATUS] == FAILED
+            row = OUT[i]
+            row[0], row[1], row[2], row[3] = WF[F_START], now, WF[F_LAT], WF[F_WAITED]
+            row[4], row[5], row[6], row[7] = WF[F_WORKER], WF[F_SANDBOX], WF[F_LLM], WI[I_ATT]
+            row[8], row[9], row[10] = WI[I_STATUS], 0.0, WI[I_STEPS]
+            row[11] = 0.0 if failed else WF[F_OVER]
+            row[12] = 0.0 if failed else WF[F_TD]
+            row[13] = WF[F_LOST]
+            GI[J_DONE] += 1
+            WI[I_DET] = 0
+            kind = K_NEXT
+        elif kind == K_BATCH or kind == K_BATCH_GO:
+            _batch(S, kind)
+            return
+
+
+@njit(cache=True)
+def run(S):
+    """Process events until Python is needed: a request code (R_DONE when the run is over)."""
+    G, GI = S[2], S[3]
+    GI[J_REQ] = 0
+    if GI[J_RESUME] >= 0:
+        w = GI[J_RESUME]
+        GI[J_RESUME] = -1
+        _advance(S, w, S[1][w, I_RESUME])
+        if GI[J_REQ]:
+            return GI[J_REQ]
+    while GI[J_HSIZE] > 0:
+        t, w, k = _pop(S)
+        G[G_NOW] = t
+        _advance(S, w, k)
+        if GI[J_REQ]:
+            return GI[J_REQ]
+        if GI[J_DONE] - GI[J_TOLD] >= 8192:
+            return R_PROGRESS
+    return R_DONE
