@@ -122,6 +122,7 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
     title = (
         f"{scn.name}: {_count(result)}, fidelity {result.fidelity}"
         + f" ({result.fidelity_reason})"
+        + (f"; compiled in {result.compile_seconds:.1f} s" if result.compile_seconds >= 0.05 else "")
         + (f", mean of {scn.replications} replications" if scn.replications > 1 else "")
         + (f"; WARNING: {result.fidelity_warning}" if result.fidelity_warning else "")
     )

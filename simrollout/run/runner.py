@@ -45,6 +45,7 @@ class RunResult:
     cdf: dict[CellKey, np.ndarray] = field(default_factory=dict)  # duration at CDF_LEVELS
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # training loop: one row per step
     cold_cdf: dict[CellKey, np.ndarray] = field(default_factory=dict)  # cold start at CDF_LEVELS
+    compile_seconds: float = 0.0  # the compiled engine's compile (or cache load), when it ran
 
     @property
     def fidelity_reason(self) -> str:
@@ -137,6 +138,7 @@ def run_cell(
         summary["_steps"] = cell.loop.step_table()
     # trajectories waited at once at multipliers drawn from a window of the steady state
     summary["one_wait_fraction"] = cell.steady.ran / cell.acc.n if cell.steady and cell.acc.n else 0.0
+    summary["_compile"] = getattr(cell, "compile_seconds", 0.0)  # the compiled loop's, in this process
     summary["_cdf"] = cell.acc.sketch["duration"].quantile(CDF_LEVELS)
     summary["_cold_cdf"] = cell.acc.sketch["cold_start"].quantile(CDF_LEVELS)
     return summary, rec
@@ -152,8 +154,9 @@ def cell_keys(scn: Scenario) -> list[CellKey]:
 
 
 def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]]) -> RunResult:
-    rows, cdf, cold, steps = [], {}, {}, []
+    rows, cdf, cold, steps, compile_s = [], {}, {}, [], 0.0
     for k, summary, _ in results:
+        compile_s = max(compile_s, summary.pop("_compile", 0.0))
         cdf[k] = summary.pop("_cdf")
         cold[k] = summary.pop("_cold_cdf")
         for row in summary.pop("_steps", ()):
@@ -170,5 +173,6 @@ def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]])
     cells = pd.DataFrame(rows)
     records = {k: rec for k, _, rec in results if rec is not None}
     return RunResult(
-        scn, resolved_fidelity(scn), cells, aggregate(cells), records, cdf, pd.DataFrame(steps), cold
+        scn, resolved_fidelity(scn), cells, aggregate(cells), records, cdf, pd.DataFrame(steps), cold,
+        compile_s,
     )

@@ -69,6 +69,19 @@ class Scenario(_Model):
         return v
 
     @model_validator(mode="after")
+    def _compiled_covers(self):
+        if self.fidelity == "compiled":
+            from ..sim.compiled import gaps
+
+            why = gaps(self)
+            if why is not None:
+                raise ValueError(
+                    f"fidelity 'compiled' does not cover {why} (docs/performance.md, the compiled "
+                    "engine): use fidelity 'auto', 'trajectory' or 'step'"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _tokens_need_an_engine(self):
         tok, inf = self.workload.tokens, self.cluster.inference
         if tok is None:

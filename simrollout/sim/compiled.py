@@ -218,13 +218,14 @@ def run_compiled(cell) -> Records | None:
     """Run ``cell`` (a :class:`simrollout.sim.model.Cell` built at trajectory fidelity) through the
     compiled loop; its ``acc`` and records as :meth:`Cell.run` leaves them."""
     run = CompiledRun(cell)
+    cell.compile_seconds = 0.0
     if COMPILE["seconds"] is None:  # compiles, or loads numba's cache (cache=True)
         t0 = time.perf_counter()
         sig = (numba.typeof(tuple(run.S)),)
         for f in (L.run, L._push, L._batch):
             f.compile((sig[0], *([numba.float64, numba.int64, numba.int64] if f is L._push else
                                  [numba.int64] if f is L._batch else [])))
-        COMPILE["seconds"] = time.perf_counter() - t0
+        COMPILE["seconds"] = cell.compile_seconds = time.perf_counter() - t0
     run.start()
     run.loop()
     run.finish()

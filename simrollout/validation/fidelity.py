@@ -194,6 +194,19 @@ def training_rows() -> list[Row]:
     return out
 
 
+def compiled_rows() -> list[Row]:
+    """The matrix's rows the compiled engine covers (:func:`simrollout.sim.compiled.gaps`): compared
+    with the step engine by ``compare(row, fast="compiled")``."""
+    from ..sim.compiled import gaps
+
+    out = []
+    for row in matrix():
+        d = build(row, row.trajectories or 1000, 20, 256)
+        if gaps(scenario_from_dict(d)) is None:
+            out.append(row)
+    return out
+
+
 @dataclass
 class Comparison:
     row: Row

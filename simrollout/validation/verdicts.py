@@ -63,6 +63,26 @@ OUTSIDE = {
 }
 
 
+# the rows the matrix measured outside tolerance for the compiled engine (docs/fidelity.md,
+# ``compare(row, fast="compiled")`` on the rows it covers, 6,000 x 30 per row)
+COMPILED_OUTSIDE: dict[str, dict[str, float]] = {}
+
+
+def compiled_route(scn: Scenario) -> str | None:
+    """Why ``auto`` may run ``scn`` on the compiled engine (it covers the scenario and the
+    matrix's compiled rows of its policy and load hold), else None."""
+    from ..sim.compiled import gaps
+
+    if gaps(scn) is not None:
+        return None
+    policy, load, extras = row_of(scn)
+    for name in COMPILED_OUTSIDE:
+        p, ld, *x = name.split("/")
+        if p == policy and ld == load and (not x or x[0] in extras):
+            return None
+    return "the compiled engine, within the fidelity matrix's compiled rows"
+
+
 def row_of(scn: Scenario) -> tuple[str, str, set[str]]:
     """The matrix's policy, load and extras that describe ``scn``."""
     pol, sub = scn.policy, scn.substrates
@@ -229,14 +249,16 @@ def fidelity_choice(scn: Scenario) -> tuple[str, str]:
     if scn.workload.tokens is not None:
         if scn.policy.mode == "sync":  # the fidelity matrix: p50 +8-9% in sync batches
             return "step", "auto: sync batches on serving engines need the step engine"
-        return (
-            "trajectory",
-            f"auto: {steps:,.0f} steps; serving engines from a step-fidelity pilot, within the "
-            "fidelity matrix's serving tolerances",
-        )
+        why = f"auto: {steps:,.0f} steps; serving engines from a step-fidelity pilot, within the " \
+              "fidelity matrix's serving tolerances"  # fmt: skip
+        compiled = compiled_route(scn)
+        return ("compiled", f"{why}; {compiled}") if compiled else ("trajectory", why)
     if scn.policy.mode == "sync" and inf is not None and inf.slowdown > 0:
         # the fidelity matrix: sync batches on a loaded tier miss p99 by 3.5% and gain < 2x
         return "step", "auto: sync batches on a loaded inference tier need the step engine"
+    compiled = compiled_route(scn)
+    if compiled:
+        return "compiled", f"auto: {steps:,.0f} steps; {compiled}"
     return (
         "trajectory",
         f"auto: {steps:,.0f} steps; the trajectory engine holds in every mode of the matrix",
@@ -244,5 +266,5 @@ def fidelity_choice(scn: Scenario) -> tuple[str, str]:
 
 
 def resolved_fidelity(scn: Scenario) -> str:
-    """The fidelity ``scn`` runs at: ``step`` or ``trajectory``."""
+    """The fidelity ``scn`` runs at: ``step``, ``trajectory`` or ``compiled``."""
     return fidelity_choice(scn)[0]

@@ -1,0 +1,81 @@
+"""The compiled engine against the step engine (the reference) and the trajectory engine, its
+arithmetic against the Python model's, and where ``fidelity: auto`` routes it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simrollout.errors import InputError
+from simrollout.run.executors import run_scenario
+from simrollout.scenario import scenario_from_dict
+from simrollout.scenario.substrate import slowdown
+from simrollout.sim.compiled import gaps
+from simrollout.sim.compiled_ops import curve_params, factor
+from simrollout.validation.fidelity import Row, build, compare
+from simrollout.validation.verdicts import TOLERANCE, fidelity_choice
+
+
+def _run(d: dict, fid: str, keep: bool = False):
+    scn = scenario_from_dict({**d, "fidelity": fid})
+    scn._overhead_per_call = True
+    return run_scenario(scn, jobs=1, keep_records=keep)
+
+
+@pytest.mark.parametrize(
+    "row", [Row("async", "host"), Row("sync", "none", "failures"), Row("poisson", "host", "weights"),
+            Row("async", "none", "timeouts"), Row("sync", "host")],  # fmt: skip
+    ids=lambda r: r.name,
+)
+def test_compiled_within_the_matrix_tolerance_of_the_step_engine(row):
+    c = compare(row, trajectories=1500, steps=20, fast="compiled")
+    assert not c.misses(), (row.name, c.as_dict())
+    for m in TOLERANCE[row.regime]:
+        assert float(c.fast[m]) > 0
+
+
+def test_compiled_matches_the_trajectory_engine_without_load():
+    """Nothing contends: both engines wait the same pre-drawn sums, so the same numbers."""
+    d = build(Row("async", "none", "failures"), 1200, 15, 128)
+    fast, comp = _run(d, "trajectory", keep=True), _run(d, "compiled", keep=True)
+    a, b = next(iter(fast.records.values())), next(iter(comp.records.values()))
+    np.testing.assert_allclose(np.sort(a.duration), np.sort(b.duration), rtol=1e-7)  # event times summed in another order
+    assert (a.status == b.status).all() and (a.attempts == b.attempts).all()
+    assert (b.attempts > 1).any()  # retries ran (their draws came from Python)
+
+
+def test_same_seed_same_numbers():
+    d = build(Row("async", "host", "timeouts"), 800, 12, 64)
+    a, b = _run(d, "compiled", keep=True), _run(d, "compiled", keep=True)
+    ra, rb = next(iter(a.records.values())), next(iter(b.records.values()))
+    for f in ("start", "end", "worker", "llm", "overhead", "teardown"):
+        assert np.array_equal(getattr(ra, f), getattr(rb, f)), f
+    assert (ra.status == 2).any()  # some timed out (the per-step cut)
+
+
+@pytest.mark.parametrize("spec", [0.1, {8: 3.0, 32: 12.0}, {4: 1.5, 16: 2.0, 64: 9.0}])
+def test_contention_curve_as_python_computes_it(spec):
+    tables: list = []
+    par = curve_params(spec, tables)
+    tab = np.concatenate(tables) if tables else np.zeros(1)
+    size = len(tables[0]) if tables else 0
+    f = slowdown(spec)
+    for n in np.linspace(0.0, 120.0, 481):
+        assert factor(par, tab, size, float(n)) == pytest.approx(f(float(n)), rel=1e-12)
+
+
+def test_forced_compiled_on_a_warm_pool_is_a_clear_error():
+    d = build(Row("async", "none", "warm_pool"), 500, 10, 64)
+    assert gaps(scenario_from_dict(d)) == "a warm pool"
+    with pytest.raises(InputError, match="does not cover a warm pool"):
+        scenario_from_dict({**d, "fidelity": "compiled"})
+
+
+def test_auto_routes_to_the_compiled_engine_only_where_it_covers():
+    big = build(Row("async", "host"), 1_000_000, 30, 256)
+    fid, why = fidelity_choice(scenario_from_dict({**big, "fidelity": "auto"}))
+    assert fid == "compiled" and "compiled" in why
+    pool = build(Row("async", "host", "warm_pool"), 1_000_000, 30, 256)
+    assert fidelity_choice(scenario_from_dict({**pool, "fidelity": "auto"}))[0] == "trajectory"
+    tier = build(Row("async", "tier"), 1_000_000, 30, 256)
+    assert fidelity_choice(scenario_from_dict({**tier, "fidelity": "auto"}))[0] == "trajectory"
