@@ -18,7 +18,7 @@ def run(
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Processes (default: all cores)."),
     seed: int | None = typer.Option(None, help="The seed (default: the scenario's)."),
     fidelity: str | None = typer.Option(
-        None, help="Fidelity: step, trajectory or auto (default: the scenario's, auto unless it sets one)."
+        None, help="Fidelity: step, trajectory, compiled or auto (default: the scenario's, else auto)."
     ),
     no_records: bool = typer.Option(False, "--no-records", help="Skip the per-trajectory Parquet files."),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),

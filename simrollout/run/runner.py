@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from ..scenario import Scenario
-from ..sim.metrics import aggregate, summarize
 from ..sim.compiled import run_compiled
+from ..sim.metrics import aggregate, summarize
 from ..sim.model import Cell
 from ..sim.pilot_run import run_pilot
 from ..sim.records import Records
@@ -104,7 +104,9 @@ def run_cell(
     if scn.workload.tokens is not None and fid != "step":  # the engines' load, from a pilot
         pilot = run_pilot(scn, sub, key.concurrency, key.replication)
     if fid == "compiled":  # the trajectory engine's cell and draws, through the compiled loop
-        cell = Cell(scn, sub, key.concurrency, key.replication, work, "trajectory", progress, sink, keep, pilot)
+        cell = Cell(
+            scn, sub, key.concurrency, key.replication, work, "trajectory", progress, sink, keep, pilot
+        )
         rec = run_compiled(cell)
     else:
         cell = Cell(scn, sub, key.concurrency, key.replication, work, fid, progress, sink, keep, pilot)
@@ -173,6 +175,13 @@ def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]])
     cells = pd.DataFrame(rows)
     records = {k: rec for k, _, rec in results if rec is not None}
     return RunResult(
-        scn, resolved_fidelity(scn), cells, aggregate(cells), records, cdf, pd.DataFrame(steps), cold,
+        scn,
+        resolved_fidelity(scn),
+        cells,
+        aggregate(cells),
+        records,
+        cdf,
+        pd.DataFrame(steps),
+        cold,
         compile_s,
     )

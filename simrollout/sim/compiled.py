@@ -37,8 +37,10 @@ def gaps(scn: Scenario) -> str | None:
         (pol.warm_pool > 0, "a warm pool"),
         (pol.reuse, "sandbox reuse"),
         (scn.workload.images is not None, "task images"),
-        (any(s.contention.shared or s.contention.creates == "in_order" for s in scn.substrates),
-         "shared creates and teardowns"),  # fmt: skip
+        (
+            any(s.contention.shared or s.contention.creates == "in_order" for s in scn.substrates),
+            "shared creates and teardowns",
+        ),  # fmt: skip
         (inf is not None and bool(inf.slowdown) and scn.workload.tokens is None, "a loaded inference tier"),
     )
     return next((why for hit, why in checks if hit), None)
@@ -49,7 +51,9 @@ def _params(cell) -> dict:
     scn, sub, fleet = cell.scn, cell.sub, cell.fleet
     pol, c = scn.policy, cell.concurrency
     tables: list[np.ndarray] = []
-    fp = np.stack([curve_params(getattr(sub.contention, ph), tables) for ph in ("create", "exec", "teardown")])
+    fp = np.stack(
+        [curve_params(getattr(sub.contention, ph), tables) for ph in ("create", "exec", "teardown")]
+    )
     tsz = np.array([len(tables[int(p[7])]) if p[0] else 0 for p in fp], dtype=np.int64)
     if fp[:, 0].any():  # offsets: tables in the order their phases appended them
         offs = np.cumsum([0] + [len(t) for t in tables])[:-1]
@@ -95,7 +99,12 @@ class CompiledRun:
             self.inputs[sl], self.arrival[sl] = st.inputs, st.arrival
             if st.scale is not None:
                 self.scale[sl] = st.scale
-            st.inputs, st.out, st.gen, st.arrival = self.inputs[sl], self.out[sl], self.gen[sl], self.arrival[sl]
+            st.inputs, st.out, st.gen, st.arrival = (
+                self.inputs[sl],
+                self.out[sl],
+                self.gen[sl],
+                self.arrival[sl],
+            )
         gi = np.zeros(19, dtype=np.int64)
         gi[L.J_BHI] = n
         gi[L.J_RESUME] = -1
@@ -223,8 +232,18 @@ def run_compiled(cell) -> Records | None:
         t0 = time.perf_counter()
         sig = (numba.typeof(tuple(run.S)),)
         for f in (L.run, L._push, L._batch):
-            f.compile((sig[0], *([numba.float64, numba.int64, numba.int64] if f is L._push else
-                                 [numba.int64] if f is L._batch else [])))
+            f.compile(
+                (
+                    sig[0],
+                    *(
+                        [numba.float64, numba.int64, numba.int64]
+                        if f is L._push
+                        else [numba.int64]
+                        if f is L._batch
+                        else []
+                    ),
+                )
+            )
         COMPILE["seconds"] = cell.compile_seconds = time.perf_counter() - t0
     run.start()
     run.loop()

@@ -23,8 +23,14 @@ def _run(d: dict, fid: str, keep: bool = False):
 
 
 @pytest.mark.parametrize(
-    "row", [Row("async", "host"), Row("sync", "none", "failures"), Row("poisson", "host", "weights"),
-            Row("async", "none", "timeouts"), Row("sync", "host")],  # fmt: skip
+    "row",
+    [
+        Row("async", "host"),
+        Row("sync", "none", "failures"),
+        Row("poisson", "host", "weights"),
+        Row("async", "none", "timeouts"),
+        Row("sync", "host"),
+    ],  # fmt: skip
     ids=lambda r: r.name,
 )
 def test_compiled_within_the_matrix_tolerance_of_the_step_engine(row):
@@ -39,7 +45,9 @@ def test_compiled_matches_the_trajectory_engine_without_load():
     d = build(Row("async", "none", "failures"), 1200, 15, 128)
     fast, comp = _run(d, "trajectory", keep=True), _run(d, "compiled", keep=True)
     a, b = next(iter(fast.records.values())), next(iter(comp.records.values()))
-    np.testing.assert_allclose(np.sort(a.duration), np.sort(b.duration), rtol=1e-7)  # event times summed in another order
+    np.testing.assert_allclose(
+        np.sort(a.duration), np.sort(b.duration), rtol=1e-7
+    )  # event times summed in another order
     assert (a.status == b.status).all() and (a.attempts == b.attempts).all()
     assert (b.attempts > 1).any()  # retries ran (their draws came from Python)
 
