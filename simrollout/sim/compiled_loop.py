@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .compiled_heap import J_HSIZE, pop, push
 from .compiled_ops import cut, factor, fail_rate, first_failure, lost_at, sums
 
 # request codes (the loop's return value)
@@ -30,7 +31,7 @@ NF = 47
 NI = 22
 # globals: floats, integers
 G_NOW, G_TOKEN = 0, 1
-(J_NEXT, J_SEQ, J_HSIZE, J_AVAIL, J_ALIVE, J_PEAK, J_BODIES, J_NON, J_NOFF, J_REQ, J_REQW, J_DONE,
+(J_NEXT, _SEQ, _HSIZE, J_AVAIL, J_ALIVE, J_PEAK, J_BODIES, J_NON, J_NOFF, J_REQ, J_REQW, J_DONE,
  J_QH, J_QL, J_ACTIVE, J_BHI, J_BNEXT, J_TOLD, J_RESUME) = range(19)  # fmt: skip
 # parameters
 (P_TIMEOUT, P_RETRIES, P_BACKOFF, P_RATE, P_MINBILL, P_LOADED, P_QUOTA, P_SCOPE, P_CLIENTS, P_BATCH,
@@ -43,42 +44,12 @@ AT_RISK, STILL = 1.25, 0.01
 
 @njit(cache=True)
 def _push(S, t, w, k):
-    ht, hs, hw, hk = S[4], S[5], S[6], S[7]
-    GI = S[3]
-    n = GI[J_HSIZE]
-    seq = GI[J_SEQ]
-    GI[J_SEQ] = seq + 1
-    GI[J_HSIZE] = n + 1
-    while n > 0:  # sift up
-        p = (n - 1) >> 1
-        if ht[p] < t or (ht[p] == t and hs[p] < seq):
-            break
-        ht[n], hs[n], hw[n], hk[n] = ht[p], hs[p], hw[p], hk[p]
-        n = p
-    ht[n], hs[n], hw[n], hk[n] = t, seq, w, k
+    push(S[4], S[5], S[6], S[7], S[3], t, w, k)
 
 
 @njit(cache=True)
 def _pop(S):
-    ht, hs, hw, hk = S[4], S[5], S[6], S[7]
-    GI = S[3]
-    t, w, k = ht[0], hw[0], hk[0]
-    n = GI[J_HSIZE] - 1
-    GI[J_HSIZE] = n
-    lt, ls, lw, lk = ht[n], hs[n], hw[n], hk[n]
-    i = 0
-    while True:  # sift down
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hs[c + 1] < hs[c])):
-            c += 1
-        if lt < ht[c] or (lt == ht[c] and ls < hs[c]):
-            break
-        ht[i], hs[i], hw[i], hk[i] = ht[c], hs[c], hw[c], hk[c]
-        i = c
-    ht[i], hs[i], hw[i], hk[i] = lt, ls, lw, lk
-    return t, w, k
+    return pop(S[4], S[5], S[6], S[7], S[3])
 
 
 @njit(cache=True)
