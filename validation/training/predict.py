@@ -212,7 +212,7 @@ def fit() -> None:
 
 def _simulate(path: Path) -> pd.DataFrame:
     with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-m", "simrollout.cli", "run", str(path), "-o", d, "--no-records", "-q"]
+        cmd = [sys.executable, "-m", "simrollout.cli", "run", str(path), "-o", d, "--no-records"]
         subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
         return pd.read_csv(Path(d) / "training_steps.csv")
 
