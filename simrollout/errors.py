@@ -53,25 +53,34 @@ def read_text(path: str | Path, what: str = "file") -> str:
 
 
 def load_yaml(path: str | Path) -> tuple[object, yaml.Node | None]:
-    """Parse a YAML file; return the data and its node tree (for line numbers)."""
+    """Parse a YAML file; return the data and its node tree (for line numbers). The tree is
+    measured before anything is built from it: aliases (``*a``) repeat what their anchor holds
+    without copying it, and a document that would expand past :data:`MAX_NODES` values (a
+    "billion laughs"), or nest past :data:`MAX_DEPTH`, is refused."""
     path = Path(path)
     if path.is_file() and path.stat().st_size > MAX_BYTES:
         raise InputError(
             f"{path}: too large ({path.stat().st_size:,} bytes); a YAML input is at most {MAX_BYTES:,} bytes."
         )
     text = read_text(path, "YAML file")
+    fast = getattr(yaml, "CSafeLoader", None)  # libyaml's parser: a profile with refits is large
     try:
-        fast = getattr(yaml, "CSafeLoader", None)  # libyaml's parser: a profile with refits is large
-        if fast is not None:
-            try:
-                data = yaml.load(text, Loader=fast)
-            except yaml.YAMLError:  # malformed: the pure-Python parser says where, as it always did
-                data = None
-            else:
-                if _depth(data) > MAX_DEPTH:
-                    raise RecursionError
-                return data, yaml.compose(text, Loader=fast)
-        return yaml.safe_load(text), yaml.compose(text)
+        try:
+            node = yaml.compose(text, Loader=fast or yaml.SafeLoader)
+        except yaml.YAMLError:
+            if fast is None:
+                raise
+            node = yaml.compose(text)  # malformed: the pure-Python parser says where, as it always did
+        size, depth = _measure(node)
+        if depth > MAX_DEPTH:
+            raise RecursionError
+        if size > MAX_NODES:
+            raise InputError(
+                f"{path}: its aliases (*name repeating an &name anchor) expand it to more than "
+                f"{MAX_NODES:,} values; a scenario, profile or spec holds far fewer. Write the "
+                "repeated parts out, or anchor less."
+            )
+        return yaml.load(text, Loader=fast or yaml.SafeLoader), node
     except RecursionError:
         raise InputError(f"{path}: nested too deeply to be a scenario, profile or spec.") from None
     except yaml.YAMLError as exc:
@@ -82,18 +91,38 @@ def load_yaml(path: str | Path) -> tuple[object, yaml.Node | None]:
 
 
 MAX_DEPTH = 200  # nesting a scenario, profile or spec never needs (libyaml parses any depth)
+MAX_NODES = 2_000_000  # values once aliases expand; a 5 MB file written out holds fewer
 
 
-def _depth(data) -> int:
-    """How deeply ``data`` nests lists and mappings (iteratively: no recursion limit)."""
-    deepest, todo = 0, [(data, 1)]
+def _measure(root: yaml.Node | None) -> tuple[int, int]:
+    """``(values, depth)`` of the document once its aliases expand, computed on the node graph
+    (an aliased node is measured once, so an alias bomb costs what its text does)."""
+    if root is None:
+        return 0, 0
+    memo: dict[int, tuple[int, int]] = {}
+    todo: list[tuple[yaml.Node, bool]] = [(root, False)]
     while todo:
-        node, d = todo.pop()
-        if isinstance(node, dict | list):
-            deepest = max(deepest, d)
-            if d <= MAX_DEPTH:
-                todo.extend((v, d + 1) for v in (node.values() if isinstance(node, dict) else node))
-    return deepest
+        node, ready = todo.pop()
+        if id(node) in memo:
+            continue
+        kids = _children(node)
+        if ready or not kids:
+            got = [memo[id(k)] for k in kids]
+            size = 1 + sum(s for s, _ in got)
+            depth = (1 + max(d for _, d in got)) if got else int(not isinstance(node, yaml.ScalarNode))
+            memo[id(node)] = (min(size, MAX_NODES + 1), min(depth, MAX_DEPTH + 1))
+            continue
+        todo.append((node, True))
+        todo.extend((k, False) for k in kids if id(k) not in memo)
+    return memo[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
 
 
 def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:

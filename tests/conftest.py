@@ -100,3 +100,14 @@ def llama_server() -> str:
             pytest.fail(f"CI=true but {reason}")
         pytest.skip(reason)
     return url
+
+
+SERVICES = ("docker_engine", "llama_server")  # fixtures of real services: their tests are slow
+
+
+def pytest_collection_modifyitems(config, items):
+    """The quick tier (``-m "not slow"``) leaves out the tests marked slow (over about 2 s on 2
+    cores) and every test of a real service (a Docker engine, a llama.cpp server)."""
+    for item in items:
+        if item.get_closest_marker("docker") or any(f in getattr(item, "fixturenames", ()) for f in SERVICES):
+            item.add_marker(pytest.mark.slow)

@@ -73,6 +73,7 @@ CASES = {
 }  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_engine_input(name, tmp_path):
     files, argv, words = CASES[name]

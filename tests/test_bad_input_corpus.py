@@ -292,6 +292,7 @@ NEW = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(NEW))
 def test_corpus(tmp_path, name):
     check_case(tmp_path, *NEW[name])

@@ -93,6 +93,7 @@ CASES.update({
 })  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_is_one_paragraph_exit_2_no_traceback(tmp_path, name):
     check_case(tmp_path, *CASES[name])
@@ -122,6 +123,7 @@ def check_case(tmp_path, files: dict, argv: list, words: list) -> None:
         assert w in msg, (w, msg)
 
 
+@pytest.mark.slow
 def test_a_failed_run_leaves_an_earlier_result_as_it_was(tmp_path):
     good = tmp_path / "s.yaml"
     good.write_text(yaml.safe_dump(make()))
@@ -143,6 +145,7 @@ def test_a_failed_run_leaves_an_earlier_result_as_it_was(tmp_path):
     assert (out / "summary.json").read_bytes() != before[Path("summary.json")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_an_interrupted_multi_process_run_exits_ends_its_workers_and_keeps_earlier_results(
     tmp_path, root, sig, code
@@ -184,6 +187,7 @@ def test_an_interrupted_multi_process_run_exits_ends_its_workers_and_keeps_earli
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor,warmup", [("serial", 3.0), ("ray", 15.0)])
 def test_ctrl_c_stops_a_serial_or_ray_run(tmp_path, root, executor, warmup):
     import signal

@@ -77,6 +77,7 @@ def test_the_early_break_check_finds_one():
     assert not early_breaks(full)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["", *COMMANDS])
 def test_help_at_80_columns_has_no_markup_and_no_early_breaks(command):
     text = _render(*command.split())

@@ -1,6 +1,7 @@
 """Task images and reuse through the CLI verbs: run, sweep and plan on scenarios/task_images.yaml."""
 
 import pandas as pd
+import pytest
 import yaml
 
 from tests.conftest import cli
@@ -20,6 +21,7 @@ def small(tmp_path, root, **policy):
     return p
 
 
+@pytest.mark.slow
 def test_run_reports_image_pulls_and_reuse(tmp_path, root):
     p = small(tmp_path, root, reuse=True)
     d = yaml.safe_load(p.read_text())
@@ -34,6 +36,7 @@ def test_run_reports_image_pulls_and_reuse(tmp_path, root):
     assert by.loc["docker-cache-200g", "image_pulls"] <= by.loc["docker-cache-20g", "image_pulls"]
 
 
+@pytest.mark.slow
 def test_sweep_over_the_image_cache(tmp_path, root):
     p = small(tmp_path, root)
     r = cli("sweep", p, "--set", "substrates.0.image_cache.cache_gb=1,50", "--out", tmp_path / "sw")
@@ -43,6 +46,7 @@ def test_sweep_over_the_image_cache(tmp_path, root):
     assert one.loc[1, "worker_hours"] > one.loc[50, "worker_hours"]  # a 1 GB cache pulls again and again
 
 
+@pytest.mark.slow
 def test_plan_with_images_searches_warm_pools(tmp_path, root):
     p = small(tmp_path, root)
     r = cli(

@@ -52,6 +52,7 @@ def _run(root, name, monkeypatch) -> dict:
     return json.loads(text.split("FACTS ", 1)[1].splitlines()[0])
 
 
+@pytest.mark.slow
 def test_capacity_planning_notebook(root, monkeypatch):
     facts = _run(root, "capacity_planning", monkeypatch)
     assert facts["n"] == 3000
@@ -70,6 +71,7 @@ def test_capacity_planning_notebook(root, monkeypatch):
     assert costs and all(b <= a + 1e-9 for a, b in zip(costs, costs[1:]))
 
 
+@pytest.mark.slow
 def test_calibration_notebook(root, monkeypatch):
     facts = _run(root, "calibration", monkeypatch)
     assert "process" in facts["backends"]

@@ -30,6 +30,7 @@ def test_fifty_actions_match_the_companion_benchmark(paper):
         assert s.worker_hours[sub] == pytest.approx(blog_h[sub], rel=0.02)
 
 
+@pytest.mark.slow
 def test_150_actions_match_the_paper_and_its_spread(paper):
     s = _per_substrate(paper, **{"workload.steps": 150, "workload.trajectories": 1000})
     per = s.worker_seconds_per_trajectory
@@ -39,6 +40,7 @@ def test_150_actions_match_the_paper_and_its_spread(paper):
     assert shared.max() / shared.min() == pytest.approx(1.8, rel=0.02)
 
 
+@pytest.mark.slow
 def test_at_4096_in_flight_limits_the_arithmetic_ignores_bind(paper):
     s = _per_substrate(paper, **{"cluster.concurrency": 4096, "workload.trajectories": 40_000})
     # a create-rate limit caps throughput: EC2's 20 creates/s is 72,000 trajectories/h at most

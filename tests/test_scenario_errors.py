@@ -48,6 +48,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_bad_scenario_gets_one_paragraph_and_exit_2(tmp_path, case):
     data, expected = CASES[case]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -49,6 +50,7 @@ def _set(data, path, value):
     node[path[-1]] = value
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(PATHS), JUNK), min_size=1, max_size=3))
 def test_a_mutated_scenario_is_valid_or_one_input_error(mutations):

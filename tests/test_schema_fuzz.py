@@ -170,6 +170,7 @@ for _c in CASES:
     _FIELDS.setdefault(f"{_c.file}:{'.'.join(map(str, _c.path[:3]))}", []).append(_c)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", list(_FIELDS))
 def test_every_field_refuses_bad_values_with_one_paragraph(group, tmp_path):
     outcomes = {c.id: check(c, tmp_path) for c in _FIELDS[group]}
@@ -198,6 +199,7 @@ def test_the_cases_cover_every_section_and_kind():
 SAMPLE = random.Random(33).sample([c for c in CASES if c.expect == "invalid"], 24)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SAMPLE, ids=[c.id for c in SAMPLE])
 def test_a_sample_through_the_cli_exits_2_with_one_paragraph(case, tmp_path):
     scn, named = _write(tmp_path, case)

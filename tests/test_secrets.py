@@ -57,6 +57,7 @@ def test_scrub_masks_every_credential_variable_and_url_userinfo(monkeypatch):
     assert strip_url("http://127.0.0.1:8089/v1") == ("http://127.0.0.1:8089/v1", None)
 
 
+@pytest.mark.slow
 def test_sdk_keys_never_reach_probe_records_or_profiles(tmp_path):
     """A real probe (process backend) whose timed command and profile name carry the keys: the
     records, the profile and the output hold none of them."""

@@ -40,6 +40,7 @@ def fitted(request):
     return true, calibrate(recs, "fitted", shared=shared)[0]["substrate"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("c", [12, 48])
 def test_a_calibrated_synthetic_probe_predicts_a_held_out_rollout_within_the_targets(fitted, c):
     true, fit = fitted

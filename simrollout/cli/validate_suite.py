@@ -84,11 +84,11 @@ def run_suite_command(
         notes = engine_notes
     else:
         from ..calibration.backends import get_backend
-        from ..validation.suite import DOCKER_LEVELS, DOCKER_WORKLOADS
+        from ..validation.suite import DOCKER_HELD_OUT, DOCKER_LEVELS, DOCKER_WORKLOADS
         from ..validation.suite_docker import DockerTarget, docker_notes
 
         known = DOCKER_WORKLOADS
-        chosen, lv = _pick(known, workloads, "--workloads"), DOCKER_LEVELS
+        chosen, lv = _pick(known, workloads or ",".join(DOCKER_HELD_OUT), "--workloads"), DOCKER_LEVELS
         target = DockerTarget(get_backend("docker"), record / "docker", image, seed)
         notes = docker_notes
     lv = _ints(levels, "--levels") if levels else list(lv)

@@ -42,6 +42,12 @@ def workload(
         "trace", help="A step's overlapping tool calls: trace (as it shows), max or sum."
     ),
     human: str = typer.Option("exclude", help="Human-paced gaps: exclude (reported apart) or include."),
+    tool_latency: float | None = typer.Option(
+        None,
+        help="Seconds each tool call takes where the trace records none (SWE-agent before 0.7; "
+        "verifiers' per-rollout times, which hold model and tool time together). Default: none "
+        "(SWE-agent before 0.7 refused; verifiers' calls 0 s).",
+    ),
     plot: Path | None = typer.Option(None, help="Plot file (PNG); default beside -o."),
 ) -> None:
     """Characterise agent traces in TraceLab's terms, fit a workload section (each quantity by
@@ -61,7 +67,7 @@ def workload(
         raise InputError(f"--overlap: expected trace, max or sum, got '{overlap}'.")
     if out.is_dir():
         raise InputError(f"-o {out}: is a directory; expected the workload YAML file to write.")
-    ts = read_trace(fmt, paths, on_bad, parse_map(tool_map), human)
+    ts = read_trace(fmt, paths, on_bad, parse_map(tool_map), human, tool_latency)
     ch = characterise(ts, overlap)
     section, fits = fit_workload(ts, overlap)
     doc = {
@@ -77,6 +83,7 @@ def workload(
             "skipped": ts.problems.as_dict(),
             "overlap": overlap,
             "human_gaps": human,
+            "tool_latency": tool_latency,
             "tool_map": parse_map(tool_map),
             "notes": ts.notes,
             "written": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),

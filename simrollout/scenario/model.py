@@ -41,6 +41,9 @@ class Scenario(_Model):
     arrivals: Arrivals = Arrivals()
     training: Training | None = None
     _source: str = PrivateAttr("<scenario>")  # the file it came from, for error messages
+    # the trajectory engine draws exec overhead call by call, as the step engine does, instead of
+    # each sum at once: the fidelity matrix compares the engines on the same numbers
+    _overhead_per_call: bool = PrivateAttr(False)
 
     @model_validator(mode="before")
     @classmethod

@@ -61,6 +61,9 @@ class ChunkRows:
 
     def _init_chunks(self) -> None:
         self._chunks: dict[int, Chunk] = {}
+        # exec overhead sums drawn at once (trajectory fidelity; the training loop's bodies read
+        # every step, so its cells draw the calls, as does the fidelity matrix)
+        self._summed = not (self.step or self.scn.training or self.scn._overhead_per_call)
         self._last_arrival = 0.0  # of the latest chunk whose arrivals were drawn
 
     def _chunk(self, c: int) -> Chunk:
@@ -68,7 +71,7 @@ class ChunkRows:
         st = self._chunks.get(c)
         if st is None:
             w, lo = self.work, c * CHUNK
-            d = draw_substrate(self.scn, self.sub, self.rep, w, c, detail=self.step)
+            d = draw_substrate(self.scn, self.sub, self.rep, w, c, detail=not self._summed)
             sl = slice(lo, lo + len(d.cold))
             cols = {"cold": d.cold, "warm": d.warm, "teardown": d.teardown, "u_create": d.u_create,
                     "u_exec": d.u_exec, "u_teardown": d.u_teardown, "calls": w.calls[sl], "llm": w.llm[sl],
@@ -137,7 +140,7 @@ class ChunkRows:
     def _detail(self, c: int) -> ChunkDetail:
         st = self._chunks[c]
         if st.detail is None:
-            st.detail = chunk_detail(self.scn, self.sub, self.rep, self.work, c)
+            st.detail = chunk_detail(self.scn, self.sub, self.rep, self.work, c, summed=self._summed)
         return st.detail
 
     def _span(self, i: int) -> tuple[ChunkDetail, int]:

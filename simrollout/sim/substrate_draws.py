@@ -1,6 +1,13 @@
 """A substrate's draws for a chunk of trajectories (exec overhead, lifecycle, first failures) and a
 chunk's per-step detail, from the streams ``(seed, r, "substrate", name, ...)`` (see
-:mod:`simrollout.sim.workload_draws` for the common random numbers)."""
+:mod:`simrollout.sim.workload_draws` for the common random numbers).
+
+A trajectory's exec overhead is one draw per tool call at step fidelity. At trajectory fidelity
+nothing reads the calls one by one, so each sum is drawn from its m-fold law
+(:mod:`simrollout.distributions.nfold`), but for the trajectories whose per-call detail is kept
+when the workload is drawn (``Work.kept``: long enough to near the timeout), which draw their calls.
+When a body needs its per-call detail later (it lost its sandbox at a call, or its load made it
+near its deadline), its chunk's calls are drawn and each trajectory's are scaled to its sum."""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..distributions.nfold import nfold
 from ..rng import stream
 from ..scenario import Scenario, Substrate
 from .workload_draws import CHUNK, Work, _draw_chunk, _sum_by, tool_speeds
@@ -115,38 +123,66 @@ class ChunkDetail:
         return s1 - s0, llm, over
 
 
-def chunk_detail(scn: Scenario, sub: Substrate, rep: int, work: Work, chunk: int) -> ChunkDetail:
-    """Redraw one chunk with its per-step detail (the same streams, so the same totals)."""
+def chunk_detail(
+    scn: Scenario, sub: Substrate, rep: int, work: Work, chunk: int, summed: bool = False
+) -> ChunkDetail:
+    """Redraw one chunk with its per-step detail (the same streams, so the same totals). At
+    trajectory fidelity (``summed``) each trajectory's calls are scaled to its drawn sum, and the
+    kept trajectories' calls are their own."""
     part = _draw_chunk(scn, rep, True, chunk, tool_speeds(scn, sub))
     over = draw_substrate(scn, sub, rep, work, chunk, detail=True).call_overhead
     zero = np.zeros(1, dtype=np.int64)
+    call_off = np.concatenate([zero, np.cumsum(part["calls"])])
+    if summed:
+        d = draw_substrate(scn, sub, rep, work, chunk)
+        calls = part["calls"]
+        have = _sum_by(over, calls)
+        scale = np.divide(d.overhead, have, out=np.ones_like(have), where=have > 0)
+        over = over * np.repeat(scale, calls)
+        lo = chunk * CHUNK
+        for i, own in d.kept.items():
+            over[call_off[i - lo] : call_off[i - lo + 1]] = own
     return ChunkDetail(
         part["step_llm"], part["step_calls"], part["call_tool"], over,
-        np.concatenate([zero, np.cumsum(part["steps"])]), np.concatenate([zero, np.cumsum(part["calls"])]),
+        np.concatenate([zero, np.cumsum(part["steps"])]), call_off,
     )  # fmt: skip
 
 
 def draw_substrate(
     scn: Scenario, sub: Substrate, rep: int, work: Work, chunk: int, detail: bool = False
 ) -> SubstrateDraws:
-    """One chunk (trajectories ``chunk * CHUNK ...``) of a substrate's first-attempt draws."""
+    """One chunk (trajectories ``chunk * CHUNK ...``) of a substrate's first-attempt draws: the
+    exec overhead per call with ``detail`` (step fidelity), else each sum drawn at once."""
     lo = chunk * CHUNK
     calls = work.calls[lo : lo + CHUNK]
     m = calls.size
-    per_call = sub.exec_overhead.sample(
-        stream(scn.seed, rep, "substrate", sub.name, "exec", chunk), int(calls.sum())
-    )
+    exec_rng = stream(scn.seed, rep, "substrate", sub.name, "exec", chunk)
+    own = sorted(i for i in work.kept if lo <= i < lo + m)
+    if detail:
+        per_call = sub.exec_overhead.sample(exec_rng, int(calls.sum()))
+        overhead = _sum_by(per_call, calls)
+        offs = np.concatenate([[0], np.cumsum(calls)])
+        kept = {i: per_call[offs[i - lo] : offs[i - lo + 1]].copy() for i in own}
+    else:
+        per_call = None
+        overhead = nfold(sub.exec_overhead).sample(exec_rng, calls)
+        if own:  # these keep their calls: drawn one by one from their own stream
+            n = calls[np.array(own) - lo]
+            rng = stream(scn.seed, rep, "substrate", sub.name, "exec_kept", chunk)
+            each = np.split(sub.exec_overhead.sample(rng, int(n.sum())), np.cumsum(n)[:-1])
+            kept = dict(zip(own, each))
+            overhead[np.array(own) - lo] = [float(x.sum()) for x in each]
+        else:
+            kept = {}
     rng = stream(scn.seed, rep, "substrate", sub.name, "lifecycle", chunk)
-    offs = np.concatenate([[0], np.cumsum(calls)]) if work.kept else None
-    kept = {i: per_call[offs[i - lo] : offs[i - lo + 1]].copy() for i in work.kept if lo <= i < lo + m}
     return SubstrateDraws(
-        overhead=_sum_by(per_call, calls),
+        overhead=overhead,
         cold=sub.cold_start.sample(rng, m),
         warm=sub.warm_start.sample(rng, m),
         teardown=sub.teardown.sample(rng, m),
         u_create=rng.random(m),
         u_exec=rng.random(m),
         u_teardown=rng.random(m),
-        call_overhead=per_call if detail else None,
+        call_overhead=per_call,
         kept=kept,
     )

@@ -1,14 +1,18 @@
 """Harbor's ATIF (Agent Trajectory Interchange Format, v1.x): one JSON document per trajectory
 (a ``trajectory.json``, or one document per line of a JSONL file).
 
-Fields taken: ``session_id``; ``steps[]``: ``step_id``, ``timestamp``, ``source``,
-``tool_calls[].function_name``, ``metrics.{prompt_tokens, cached_tokens, completion_tokens}``.
-ATIF has one timestamp per step, so the interval before an agent step holds the previous agent
-step's tool time and this step's generation. The split: generation = a + b x completion tokens,
-with a and b fitted (Theil-Sen) on the intervals that hold generation only (after a user or
-system step, or after an agent step without tool calls), capped at the interval; the rest is the
-previous step's tool time, shared equally by its calls. The interval that ends at a later user
-step is human-paced.
+Fields taken: ``session_id`` (else ``trajectory_id``), ``agent.name``; ``steps[]``:
+``timestamp``, ``source``, ``tool_calls[].function_name``, ``metrics.{prompt_tokens,
+cached_tokens, completion_tokens}``, ``extra.{is_sidechain, agent_id}`` and a response id in
+``extra`` (``message_id``, ``response_id``, ``request_id`` or ``requestId``);
+``subagent_trajectories[]`` (v1.7, each read as a trajectory of its own).
+
+As harnesses write it (docs/scenario.md, "atif"): timestamps set no order, so each chain's steps
+are put in time order; subagent steps marked ``extra.is_sidechain`` are split off into a
+trajectory per ``agent_id``, as the spec stores a subagent (its own trajectory, referenced from
+the parent's step); agent steps that are blocks of one API response (same response id, or the
+same metrics repeated, or, from Claude Code, a step with no metrics after one with them) are one
+LLM call holding all their tool calls. Timing: :mod:`simrollout.traces.atif_timing`.
 """
 
 from __future__ import annotations
@@ -17,27 +21,44 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from scipy import stats
-
-from .categories import category
+from .atif_timing import build
 from .io import json_document, json_lines, number, timestamp
-from .model import Call, Problems, Step, TraceSet, Trajectory
+from .model import Problems, TraceSet
 
-TOKENS_PER_SECOND = 50.0  # generation speed assumed when too few intervals hold generation only
-MIN_PURE = 8
+RESPONSE_ID = ("message_id", "response_id", "request_id", "requestId")
 
 
 @dataclass
-class _Raw:
+class _Step:
+    time: float  # epoch s
+    source: str
+    names: list[str]
+    tokens: tuple[float, float, float]  # prompt, cached, completion
+    metrics: bool  # the step has a metrics object
+    response: str | None
+
+
+@dataclass
+class Chain:
+    """One trajectory's steps, in time order, one agent step per LLM call."""
+
     id: str
     file: str
     line: int
-    start: object
-    times: list[float]  # per step, epoch s
-    source: list[str]
-    names: list[list[str]]
-    tokens: list[tuple[float, float, float]]  # prompt, cached, completion
+    steps: list[_Step]
+    start: object = None
+
+    @property
+    def times(self) -> list[float]:
+        return [s.time for s in self.steps]
+
+
+@dataclass
+class Counts:
+    reordered: int = 0  # steps put in time order
+    merged: int = 0  # agent steps folded into the LLM call of their API response
+    split_off: int = 0  # sidechain steps moved to a subagent trajectory
+    subagents: int = 0  # subagent trajectories (split off or embedded)
 
 
 def _docs(paths: list[Path], problems: Problems):
@@ -51,18 +72,36 @@ def _docs(paths: list[Path], problems: Problems):
                 yield path, 0, doc
 
 
-def _raw(path: Path, line: int, doc, problems: Problems, tool_map) -> _Raw | None:
+def _extra(st: dict) -> dict:
+    return st.get("extra") if isinstance(st.get("extra"), dict) else {}
+
+
+def _step(st: dict, t: float) -> _Step:
+    calls = [c for c in st.get("tool_calls") or [] if isinstance(c, dict)]
+    m = st.get("metrics")
+    mm = m if isinstance(m, dict) else {}
+    ex = _extra(st)
+    rid = next((str(ex[k]) for k in RESPONSE_ID if ex.get(k)), None)
+    return _Step(
+        t,
+        str(st.get("source")),
+        [str(c.get("function_name") or "<unknown-tool>") for c in calls],
+        tuple(number(mm.get(k)) for k in ("prompt_tokens", "cached_tokens", "completion_tokens")),
+        isinstance(m, dict),
+        rid,
+    )
+
+
+def _chains(path: Path, line: int, doc, problems: Problems, counts: Counts, depth: int = 0) -> list[Chain]:
+    """The document's main chain, its sidechains and its embedded subagents, each timed and
+    in time order; [] when refused-and-skipped."""
     file = str(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
-        problems.bad(
-            "not_format",
-            file,
-            line,
-            "not an ATIF trajectory (no 'steps' array at the root); is it another format?",
-        )
-        return None
-    sid = str(doc.get("session_id") or f"{path.name}:{line}")
-    times, source, names, tokens = [], [], [], []
+        problems.bad("not_format", file, line, "not an ATIF trajectory: no 'steps' array at the root")
+        return []
+    sid = str(doc.get("session_id") or doc.get("trajectory_id") or f"{path.name}:{line}")
+    claude = str((doc.get("agent") or {}).get("name") if isinstance(doc.get("agent"), dict) else "")
+    groups: dict[str, list[tuple[int, _Step]]] = {"": []}
     for k, st in enumerate(doc["steps"]):
         if not isinstance(st, dict):
             continue
@@ -72,114 +111,78 @@ def _raw(path: Path, line: int, doc, problems: Problems, tool_map) -> _Raw | Non
                 "missing_latency",
                 file,
                 line,
-                f"trajectory '{sid}' steps[{k}] has no timestamp, so its LLM and tool time cannot be split",
+                f"trajectory '{sid}' steps[{k}] has no timestamp, so its LLM and tool time cannot be "
+                "split (ATIF makes timestamps optional; timing needs them on every step)",
             )
-            return None
-        if times and t.timestamp() < times[-1]:
-            problems.bad(
-                "out_of_order",
-                file,
-                line,
-                f"trajectory '{sid}' steps[{k}] is timed before the step it follows (a negative interval)",
-            )
-            return None
-        times.append(t.timestamp())
-        source.append(str(st.get("source")))
-        calls = [c for c in st.get("tool_calls") or [] if isinstance(c, dict)]
-        names.append([str(c.get("function_name") or "<unknown-tool>") for c in calls])
-        m = st.get("metrics") if isinstance(st.get("metrics"), dict) else {}
-        tokens.append(
-            (
-                number(m.get("prompt_tokens")),
-                number(m.get("cached_tokens")),
-                number(m.get("completion_tokens")),
-            )
-        )
-    if "agent" not in source:
+            return []
+        ex = _extra(st)
+        key = f"sidechain:{ex.get('agent_id') or 'agent'}" if ex.get("is_sidechain") is True else ""
+        groups.setdefault(key, []).append((k, _step(st, t.timestamp())))
+    out = []
+    for key, steps in groups.items():
+        if key:
+            counts.split_off += len(steps)
+            counts.subagents += 1
+        chain = _ordered(f"{sid}/{key}" if key else sid, file, line, steps, counts, claude == "claude-code")
+        if chain is not None:
+            out.append(chain)
+    for sub in doc.get("subagent_trajectories") or []:
+        if depth < 8:
+            counts.subagents += 1
+            for c in _chains(path, line, sub, problems, counts, depth + 1):
+                c.id = f"{sid}/{c.id}" if not c.id.startswith(sid) else c.id
+                out.append(c)
+    if not any("agent" in (s.source for s in c.steps) for c in out):
         problems.bad("no_steps", file, line, f"trajectory '{sid}' has no agent step")
+        return []
+    return [c for c in out if any(s.source == "agent" for s in c.steps)]
+
+
+def _ordered(cid: str, file: str, line: int, steps, counts: Counts, claude: bool) -> Chain | None:
+    if not steps:
         return None
-    start = timestamp(doc["steps"][0].get("timestamp")) if doc["steps"] else None
-    return _Raw(sid, file, line, start, times, source, names, tokens)
+    ordered = sorted(steps, key=lambda ks: ks[1].time)  # stable: equal times keep the file's order
+    counts.reordered += sum(a[0] != b[0] for a, b in zip(ordered, steps))
+    merged: list[_Step] = []
+    for _, s in ordered:
+        prev = merged[-1] if merged else None
+        both = prev is not None and s.source == "agent" and prev.source == "agent"
+        if both and _same_response(prev, s, claude):
+            prev.names += s.names
+            prev.time = s.time  # the response ends with its last block
+            if s.metrics and not math.isnan(s.tokens[0]):
+                prev.tokens, prev.metrics = s.tokens, True
+            if prev.response is None:
+                prev.response = s.response
+            counts.merged += 1
+            continue
+        merged.append(_Step(s.time, s.source, list(s.names), s.tokens, s.metrics, s.response))
+    start = timestamp(merged[0].time)
+    return Chain(cid, file, line, merged, start)
 
 
-def _split_model(raws: list[_Raw]) -> tuple[float, float, str]:
-    """``a + b x completion tokens`` from the intervals holding generation only."""
-    x, y = [], []
-    for r in raws:
-        for k in range(1, len(r.times)):
-            prev_tools = r.source[k - 1] == "agent" and r.names[k - 1]
-            if r.source[k] == "agent" and not prev_tools and not math.isnan(r.tokens[k][2]):
-                x.append(r.tokens[k][2])
-                y.append(r.times[k] - r.times[k - 1])
-    if len(x) >= MIN_PURE and np.ptp(x) > 0:
-        b, a, *_ = stats.theilslopes(y, x)
-        a, b = max(float(a), 0.0), max(float(b), 0.0)
-        return (
-            a,
-            b,
-            f"generation = {a:.3g} s + {b * 1e3:.3g} ms x completion tokens, fitted on {len(x)} intervals",
-        )
-    b = 1.0 / TOKENS_PER_SECOND
-    return (
-        0.0,
-        b,
-        f"generation = completion tokens / {TOKENS_PER_SECOND:g} tokens/s (assumed: {len(x)} intervals "
-        "held generation only)",
-    )
+def _same_response(a: _Step, b: _Step, claude: bool) -> bool:
+    """``b`` is another block of ``a``'s API response."""
+    if a.response and b.response:
+        return a.response == b.response
+    if a.metrics and b.metrics and not math.isnan(a.tokens[0]):
+        return all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a.tokens, b.tokens))
+    return claude and a.metrics and not b.metrics  # Claude Code's converter: usage on the first block
 
 
 def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None = None) -> TraceSet:
-    raws = [r for p, line, doc in _docs(paths, problems) if (r := _raw(p, line, doc, problems, tool_map))]
-    a, b, how = _split_model(raws)
-    out = []
-    for r in raws:
-        steps: list[Step] = []
-        prev_agent: Step | None = None
-        human = 0.0
-        for k, src in enumerate(r.source):
-            gap = r.times[k] - r.times[k - 1] if k else math.nan
-            if src == "user" and k and "agent" in r.source[:k]:
-                human += gap
-            if src != "agent":
-                prev_agent = None if src == "user" else prev_agent
-                continue
-            p, c, o = r.tokens[k]
-            step = Step(input_tokens=p, cached_tokens=c, output_tokens=o, human=0.0)
-            if not math.isnan(gap):
-                want = a + b * (o if not math.isnan(o) else 0.0)
-                owes = prev_agent is not None and prev_agent.calls and r.source[k - 1] == "agent"
-                step.llm = min(want, gap) if owes else gap
-                if owes:
-                    _set_tool(prev_agent, gap - step.llm)
-            step.calls = [Call(n, category(n, override=tool_map), math.nan) for n in r.names[k]]
-            step.tool = 0.0 if not step.calls else math.nan
-            steps.append(step)
-            prev_agent = step
-        out.append(Trajectory(r.id, r.file, r.line, steps, r.start, wall=r.times[-1] - r.times[0] - human))
-    ts = TraceSet("atif", [str(p) for p in paths], out, problems, notes=[f"ATIF split: {how}"])
-    _fill_last_tools(ts)
+    counts = Counts()
+    chains = [c for p, line, doc in _docs(paths, problems) for c in _chains(p, line, doc, problems, counts)]
+    ts = build(chains, paths, problems, tool_map)
+    ts.adjusted = {
+        "steps_reordered": counts.reordered,
+        "steps_merged": counts.merged,
+        "steps_split_off": counts.split_off,
+        "subagent_trajectories": counts.subagents,
+    }
+    ts.notes.append(
+        f"ATIF: {counts.reordered} steps put in time order; {counts.merged} agent steps merged into "
+        f"the LLM call of their API response; {counts.split_off} subagent steps split off into "
+        f"{counts.subagents} subagent trajectories"
+    )
     return ts
-
-
-def _set_tool(step: Step, seconds: float) -> None:
-    step.tool = seconds
-    for c in step.calls:
-        c.latency = seconds / len(step.calls)
-
-
-def _fill_last_tools(ts: TraceSet) -> None:
-    """A final agent step's calls have no later timestamp: each takes the median call latency."""
-    known = [
-        c.latency for t in ts.trajectories for s in t.steps for c in s.calls if not math.isnan(c.latency)
-    ]
-    med = float(np.median(known)) if known else 0.0
-    n = 0
-    for t in ts.trajectories:
-        for s in t.steps:
-            if s.calls and math.isnan(s.tool):
-                _set_tool(s, med * len(s.calls))
-                n += 1
-    if n:
-        ts.notes.append(
-            f"{n} last steps' tool calls (no later timestamp) took the median call latency ({med:.3g} s)"
-        )

@@ -48,14 +48,16 @@ def characterise(ts: TraceSet, overlap: str = "trace") -> dict:
             "excluded": "from every LLM and tool time (an RL rollout has no human)",
         },
     }
+    if ts.adjusted:
+        out["read_as"] = dict(ts.adjusted)
     if len(tr) >= 8:  # what independent per-step draws lose
         mean_tool = calls.groupby("traj")["piece"].mean().reindex(range(len(tr)))
         ok = mean_tool.notna()
-        if ok.sum() >= 8:
+        if ok.sum() >= 8 and mean_tool[ok].nunique() > 1 and tr["steps"][ok].nunique() > 1:
             rho = stats.spearmanr(tr["steps"][ok], mean_tool[ok])
             out["steps_vs_tool_latency_spearman"] = round(float(rho.statistic), 3)
         growth = st.dropna(subset=["input"])
-        if len(growth) >= 8 and growth["input"].nunique() > 1:
+        if len(growth) >= 8 and growth["input"].nunique() > 1 and growth["step"].nunique() > 1:
             rho = stats.spearmanr(growth["step"], growth["input"])
             out["step_index_vs_input_tokens_spearman"] = round(float(rho.statistic), 3)
     return out
@@ -97,6 +99,9 @@ def summary_lines(ch: dict) -> list[str]:
         f"human-paced gaps: {h['steps_after_one']} steps after one, {h['total_s']:,.0f} s in all "
         "(excluded from the workload)"
     )
+    if "read_as" in ch:
+        said = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in ch["read_as"].items())
+        lines.append(f"as read: {said}")
     for k in ("steps_vs_tool_latency_spearman", "step_index_vs_input_tokens_spearman"):
         if k in ch:
             lines.append(f"{k.replace('_', ' ')}: {ch[k]:+.2f}")
@@ -133,7 +138,8 @@ def plot(ts: TraceSet, path: Path, overlap: str = "trace") -> Path:
         else "tokens per step",
         xscale="log",
     )
-    ax[0, 2].legend()
+    if ax[0, 2].get_legend_handles_labels()[0]:  # a trace without tokens has nothing to label
+        ax[0, 2].legend()
     counts = st["calls"].clip(upper=6).value_counts().sort_index()
     ax[1, 0].bar(counts.index.astype(str), counts.values)
     multi = st[st["calls"] > 1]
@@ -145,7 +151,8 @@ def plot(ts: TraceSet, path: Path, overlap: str = "trace") -> Path:
     for c, g in calls.groupby("category"):
         cdf(ax[1, 1], g["latency"], f"{c} ({len(g)})")
     ax[1, 1].set(title="tool latency per category (s)", xscale="log")
-    ax[1, 1].legend(fontsize=8)
+    if ax[1, 1].get_legend_handles_labels()[0]:
+        ax[1, 1].legend(fontsize=8)
     cdf(ax[1, 2], st.loc[st["human"] > 0, "human"], "human gaps")
     ax[1, 2].set(title="human-paced gaps (s, excluded)", xscale="log")
     fig.tight_layout()

@@ -107,7 +107,9 @@ def _trajectory(path: Path, doc: dict, problems: Problems, tool_map) -> Trajecto
 
 def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None = None) -> TraceSet:
     out = []
-    refusal = "not a mini-swe-agent trajectory (no 'messages' list at the root); is it another format?"
+    refusal = (
+        "not a mini-swe-agent trajectory (no 'messages' list at the root): another format, or not a trace"
+    )
     for path, doc in documents(paths, problems, "messages", refusal):
         t = _trajectory(path, doc, problems, tool_map)
         if t is not None:

@@ -18,6 +18,11 @@ import numpy as np
 from ..errors import InputError
 
 ON_BAD = ("skip", "refuse")
+# what to do about a refused row, by cause (default: fix it, or skip such rows)
+ADVICE = {
+    "not_format": "Check the format name against the file, or pass --on-bad skip to leave such files out",
+    "no_timing": "Pass --on-bad skip to leave such files out",
+}
 
 
 @dataclass
@@ -116,11 +121,10 @@ class Problems:
 
     def bad(self, cause: str, file: str, line: int, msg: str, count: int = 1) -> None:
         where = f"{file}: line {line}" if line else file
+        msg = msg.rstrip(" .")
         if self.on_bad == "refuse":
-            raise InputError(
-                f"{where}: {msg}. Fix the trace, or pass --on-bad skip to skip such rows "
-                "(the report counts them)."
-            )
+            advice = ADVICE.get(cause, "Fix the trace, or pass --on-bad skip to skip such rows")
+            raise InputError(f"{where}: {msg}. {advice} (the report counts them).")
         self.skipped[cause] += count
         self.examples.setdefault(cause, f"{where}: {msg}")
 
@@ -137,6 +141,7 @@ class TraceSet:
     trajectories: list[Trajectory]
     problems: Problems
     notes: list[str] = field(default_factory=list)  # definitions applied (e.g. ATIF's split)
+    adjusted: dict[str, int] = field(default_factory=dict)  # what the reader changed, counted
 
     @property
     def steps(self) -> int:

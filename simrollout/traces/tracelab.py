@@ -118,7 +118,7 @@ def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None 
                         file,
                         line,
                         "not a TraceLab round_trace row (no session_id, "
-                        "round_index and timing_events); is it another format?",
+                        "round_index and timing_events): another format, or not a trace",
                     )
                     break
                 problems.bad(

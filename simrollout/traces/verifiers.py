@@ -1,12 +1,21 @@
-"""prime-rl / verifiers rollout records (``results.jsonl``: one ``RolloutOutput`` per line).
+"""verifiers / prime-rl rollout records (``results.jsonl``: one rollout per line), in the
+layouts verifiers has written (docs/scenario.md, "verifiers"):
 
-Fields taken: ``timing.setup``, ``timing.scoring`` (spans of ``start``/``end`` Unix seconds),
-``timing.model.spans[]`` (one per LLM turn) and ``timing.env.spans[]`` (the environment's
-response after each turn but the last); ``trajectory[]``: per turn the assistant message's
-``tool_calls[]`` names and ``response.usage.{prompt_tokens, completion_tokens}`` (else the
-lengths of ``tokens.prompt_ids`` / ``completion_ids``). The format separates model time from
-environment time natively: a step's LLM time is its model span, its tool time the env span
-after it, shared equally by its tool calls (one call named ``env`` when the record has no turn).
+- ``spans`` (verifiers 0.3 on, ``RolloutOutput.timing`` as ``RolloutTiming``):
+  ``timing.model.spans[]`` (one per LLM turn) and ``timing.env.spans[]`` (the environment's
+  response after each turn but the last), ``timing.{setup, scoring}`` spans, and per turn in
+  ``trajectory[]`` the assistant message's ``tool_calls[]`` names and ``response.usage.
+  {prompt_tokens, completion_tokens}`` (else the lengths of ``tokens.prompt_ids`` /
+  ``completion_ids``). A step's LLM time is its model span, its tool time the env span after
+  it, shared equally by its calls.
+- ``per-rollout`` (top-level ``generation_ms``, ``scoring_ms``, ``total_ms``; from early 2026
+  the same under ``timing``): one time for the whole rollout, model and tool time together,
+  with the turns and tool calls read from ``completion[]``. The generation time is spread
+  equally over the rollout's turns; with ``tool_latency`` each call takes that long and the
+  rest is LLM time, else all of it is LLM time and the calls take 0 s (said in the notes).
+
+Refused, naming the layout: records written before verifiers timed rollouts (prompt,
+completion and reward only) and verifiers' v1 ``traces.jsonl`` episodes.
 """
 
 from __future__ import annotations
@@ -17,106 +26,119 @@ from pathlib import Path
 from .categories import category
 from .io import json_lines, number, timestamp
 from .model import Call, Problems, Step, TraceSet, Trajectory
+from .verifiers_spans import names_of, spans_record
+
+EXPECTED = (
+    "expected a verifiers results.jsonl record with per-turn timing.model.spans (verifiers 0.3 on) "
+    "or per-rollout generation_ms (2025-26)"
+)
 
 
-def _span(x) -> tuple[float, float]:
-    if not isinstance(x, dict):
-        return math.nan, math.nan
-    return number(x.get("start")), number(x.get("end"))
-
-
-def _seconds(x) -> float:
-    """A phase span's duration; NaN when it was not measured (verifiers leaves ``end`` at 0)."""
-    a, b = _span(x)
-    return b - a if b > 0 and b >= a else math.nan
-
-
-def _turn(t) -> tuple[list[str], float, float]:
-    if not isinstance(t, dict):
-        return [], math.nan, math.nan
-    names = []
-    for m in t.get("completion") or []:
-        if isinstance(m, dict) and m.get("role") == "assistant":
-            for c in m.get("tool_calls") or []:
-                if isinstance(c, dict):
-                    fn = c.get("function") if isinstance(c.get("function"), dict) else {}
-                    names.append(str(c.get("name") or fn.get("name") or "<unknown-tool>"))
-    resp = t.get("response") if isinstance(t.get("response"), dict) else {}
-    usage = resp.get("usage") if isinstance(resp.get("usage"), dict) else {}
-    p, o = number(usage.get("prompt_tokens")), number(usage.get("completion_tokens"))
-    tok = t.get("tokens") if isinstance(t.get("tokens"), dict) else {}
-    if math.isnan(p) and isinstance(tok.get("prompt_ids"), list):
-        p = float(len(tok["prompt_ids"]))
-    if math.isnan(o) and isinstance(tok.get("completion_ids"), list):
-        o = float(len(tok["completion_ids"]))
-    return names, p, o
-
-
-def _record(path: Path, line: int, rec: dict, problems: Problems, tool_map) -> Trajectory | None:
-    file = str(path)
+def layout(rec: dict) -> str:
+    """Which layout a record is in: ``spans``, ``per-rollout``, ``untimed``, ``v1`` or ``other``."""
     timing = rec.get("timing")
-    if not isinstance(timing, dict) or not isinstance(timing.get("model"), dict):
+    if isinstance(timing, dict):
+        if isinstance(timing.get("model"), dict):
+            return "spans"
+        if "generation_ms" in timing:
+            return "per-rollout"
+        if isinstance(timing.get("agent"), dict):
+            return "v1"
+    if "generation_ms" in rec:
+        return "per-rollout"
+    if isinstance(rec.get("traces"), list):
+        return "v1"
+    if "completion" in rec and ("reward" in rec or "prompt" in rec):
+        return "untimed"
+    return "other"
+
+
+REFUSED = {
+    "untimed": (
+        "no_timing",
+        "a verifiers results.jsonl record written before verifiers timed rollouts (prompt, completion "
+        "and reward, no generation_ms or timing): nothing to time it by; " + EXPECTED,
+    ),
+    "v1": (
+        "not_format",
+        "a verifiers v1 traces.jsonl episode (timing.agent, traces[]): not read; " + EXPECTED,
+    ),
+    "other": ("not_format", "not a verifiers rollout record (no timing, no generation_ms); " + EXPECTED),
+}
+
+
+def _per_rollout(path: Path, line: int, rec: dict, problems: Problems, tool_map, tool_latency):
+    timing = rec.get("timing") if isinstance(rec.get("timing"), dict) else rec
+    gen = number(timing.get("generation_ms")) / 1e3
+    rid = f"{rec.get('example_id', rec.get('id', '?'))}@{path.name}:{line}"
+    if math.isnan(gen) or gen < 0:
         problems.bad(
-            "not_format",
-            file,
+            "missing_latency" if math.isnan(gen) else "negative_latency",
+            str(path),
             line,
-            "not a verifiers rollout record (no timing.model spans); is it another format?",
+            f"rollout {rid}: generation_ms is {timing.get('generation_ms')!r}; expected milliseconds >= 0",
         )
         return None
-    model = [_span(s) for s in timing["model"].get("spans") or []]
-    env = [_span(s) for s in (timing.get("env") or {}).get("spans") or []]
-    rid = f"{rec.get('example_id', '?')}@{path.name}:{line}"
-    if not model:
-        problems.bad("no_steps", file, line, f"rollout {rid} has no model spans (no LLM turn)")
-        return None
-    for kind, spans in (("model", model), ("env", env)):
-        for k, (a, b) in enumerate(spans):
-            if math.isnan(a) or math.isnan(b):
-                problems.bad("missing_latency", file, line, f"timing.{kind}.spans[{k}] has no start or end")
-                return None
-            if b < a:
-                problems.bad(
-                    "negative_latency",
-                    file,
-                    line,
-                    f"timing.{kind}.spans[{k}] ends before it starts ({b - a:g} s)",
-                )
-                return None
-    turns = rec.get("trajectory") if isinstance(rec.get("trajectory"), list) else []
-    steps = []
-    for k, (a, b) in enumerate(model):
-        names, p, o = _turn(turns[k] if k < len(turns) else None)
-        tool = env[k][1] - env[k][0] if k < len(env) else 0.0
-        if not names and k < len(env) and k >= len(turns):  # no turn record: the env span as one call
-            names = ["env"]
-        calls = [Call(n, category(n, override=tool_map), tool / len(names)) for n in names]
-        steps.append(
-            Step(llm=b - a, calls=calls, tool=tool if calls else 0.0, input_tokens=p, output_tokens=o)
-        )
-    first = min(s[0] for s in model)
-    last = max([s[1] for s in model] + [s[1] for s in env])
+    comp = rec.get("completion")
+    msgs = comp if isinstance(comp, list) else []
+    turns = [m for m in msgs if isinstance(m, dict) and m.get("role") == "assistant"]
+    names = [names_of(m) for m in turns] or [[]]  # a text completion: one turn, no call
+    calls = sum(map(len, names))
+    lat = 0.0 if tool_latency is None else min(tool_latency, gen / calls if calls else 0.0)
+    llm = (gen - lat * calls) / len(names)
+    steps = [
+        Step(llm=llm, calls=[Call(n, category(n, override=tool_map), lat) for n in ns], tool=lat * len(ns))
+        for ns in names
+    ]
+    score = number(timing.get("scoring_ms")) / 1e3
+    start = timing.get("start_time")
     return Trajectory(
         rid,
-        file,
+        str(path),
         line,
         steps,
-        timestamp(first),
-        setup=_seconds(timing.get("setup")),
-        reward=_seconds(timing.get("scoring")),
-        wall=last - first,
+        timestamp(start) if isinstance(start, int | float) and start > 1e9 else None,
+        reward=score if score >= 0 else math.nan,
+        wall=gen,
     )
 
 
-def read(paths: list[Path], problems: Problems, tool_map: dict[str, str] | None = None) -> TraceSet:
-    out = []
+def read(
+    paths: list[Path],
+    problems: Problems,
+    tool_map: dict[str, str] | None = None,
+    tool_latency: float | None = None,
+) -> TraceSet:
+    out, per_rollout = [], 0
     for path in paths:
-        seen = False
+        refused: tuple[str, str, int, int] | None = None  # cause, message, first line, records
         for line, rec in json_lines(path, problems):
-            if not seen and not isinstance(rec.get("timing"), dict):
-                _record(path, line, rec, problems, tool_map)  # refused, or counted as not_format
-                break  # the first record is of another format: the rest of the file is too
-            seen = True
-            t = _record(path, line, rec, problems, tool_map)
+            kind = layout(rec)
+            if kind in REFUSED:
+                if refused is None:
+                    refused = (*REFUSED[kind], line, 0)
+                refused = (*refused[:3], refused[3] + 1)
+                continue
+            t = (
+                spans_record(path, line, rec, problems, tool_map)
+                if kind == "spans"
+                else _per_rollout(path, line, rec, problems, tool_map, tool_latency)
+            )
+            per_rollout += kind == "per-rollout" and t is not None
             if t is not None:
                 out.append(t)
-    return TraceSet("verifiers", [str(p) for p in paths], out, problems)
+        if refused is not None:  # once per file, counting its records
+            cause, msg, line, n = refused
+            problems.bad(cause, str(path), line, f"{msg} ({n} such record{'s' if n > 1 else ''})", count=n)
+    notes = []
+    if per_rollout:
+        how = (
+            f"each tool call {tool_latency:g} s (--tool-latency), the rest LLM time"
+            if tool_latency is not None
+            else "all of it LLM time, tool calls 0 s (give --tool-latency to take tool time out of it)"
+        )
+        notes.append(
+            f"verifiers per-rollout layout ({per_rollout} rollouts): generation_ms holds model and tool "
+            f"time together, spread equally over the rollout's turns: {how}"
+        )
+    return TraceSet("verifiers", [str(p) for p in paths], out, problems, notes=notes)

@@ -43,13 +43,14 @@ def read_residuals(path: Path) -> pd.DataFrame:
 
 def scores(df: pd.DataFrame) -> np.ndarray:
     """Each row's error in log terms, in units of its metric's target."""
-    return np.abs(np.log(df.simulated / df.real_mean)) / (df.target_pct / 100)
+    sim, real, pct = (pd.to_numeric(df[c]) for c in ("simulated", "real_mean", "target_pct"))
+    return np.abs(np.log(sim / real)) / (pct / 100)
 
 
 def input_half(df: pd.DataFrame) -> np.ndarray:
     """Each row's input band (refits and drift) as a log half-width: the wider side (0: none)."""
-    lo = np.log(df.simulated / df.sim_lo).abs()
-    hi = np.log(df.sim_hi / df.simulated).abs()
+    sim, lo, hi = (pd.to_numeric(df[c], errors="coerce") for c in ("simulated", "sim_lo", "sim_hi"))
+    lo, hi = np.log(sim / lo).abs(), np.log(hi / sim).abs()
     return np.fmax(lo, hi).fillna(0.0).to_numpy()
 
 
@@ -101,7 +102,7 @@ def held_out(df: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
         rest = df[(df.sitting != sitting) & (df.target == test.target.iloc[0])]
         q, _ = conformal(scores(rest), level)
         inp = input_half(test)
-        err = np.log(test.simulated / test.real_mean).abs().to_numpy()
+        err = scores(test).to_numpy() * test.target_pct.to_numpy() / 100
         for (_, r), e, h in zip(test.iterrows(), err, inp):
             m = half_width(q, r.target_pct)
             both = math.hypot(h, m)

@@ -26,6 +26,11 @@ def parse_set(text: str) -> tuple[str, list]:
     if not path or not values:
         raise InputError(f"--set '{text}': expected PATH=VALUE[,VALUE...].")
     try:
+        nodes = [yaml.compose(v, Loader=yaml.SafeLoader) for v in values.split(",")]
+        if any(n is not None and not isinstance(n, yaml.ScalarNode) for n in nodes):
+            raise InputError(
+                f"--set '{text}': each value must be a YAML scalar (a number, a word, true, null)."
+            )
         return path.strip(), [yaml.safe_load(v) for v in values.split(",")]
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

@@ -207,10 +207,11 @@ def only(data: dict, i: int) -> Scenario:
 
 
 def attach(scn: Scenario, summary: pd.DataFrame, runs: list[tuple[int, int | None, pd.DataFrame]],
-           keys: tuple[str, ...] = ("concurrency",), sources=None):  # fmt: skip
+           keys: tuple[str, ...] = ("concurrency",), sources=None, model_error: bool = True):  # fmt: skip
     """``summary`` with ``<metric>_lo``, ``<metric>_hi`` and ``band`` from the re-simulations'
     summaries (``runs``: substrate index, refit index or None, summary); rows are matched on the
-    substrate and ``keys``."""
+    substrate and ``keys``. ``model_error``: widened by the model's own error (:mod:`.model_band`);
+    False (the validation suites, which measure that error): the refits' band alone."""
     out = summary.copy()
     labels = joint_refits(scn, sources)
     size = _size(scn, max((len(s) for _, s in labels if s), default=0))
@@ -255,7 +256,7 @@ def attach(scn: Scenario, summary: pd.DataFrame, runs: list[tuple[int, int | Non
                 else:
                     lo, hi = float(out.at[r, m]) * np.percentile(vals / base, [LO, HI])
                 out.at[r, f"{m}_lo"], out.at[r, f"{m}_hi"] = float(lo), float(hi)
-    return _beside(widen(scn, out, metrics), metrics)
+    return _beside(widen(scn, out, metrics) if model_error else out, metrics)
 
 
 def _beside(df: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
@@ -275,7 +276,7 @@ def _beside(df: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
 
 
 def with_bands(scn: Scenario, result: RunResult, jobs: int | None = None, executor: str = "local",
-               progress=None, address: str | None = None) -> RunResult:  # fmt: skip
+               progress=None, address: str | None = None, model_error: bool = True) -> RunResult:  # fmt: skip
     """``result`` (the plain run of ``scn``) with bands on its summary (:func:`attach`)."""
     from ..run.executors import run_many
 
@@ -284,18 +285,18 @@ def with_bands(scn: Scenario, result: RunResult, jobs: int | None = None, execut
         run_many([only(d, i) for i, _, d in todo], executor, jobs, False, progress, address) if todo else []
     )
     runs = [(i, k, res.summary) for (i, k, _), res in zip(todo, done)]
-    result.summary = attach(scn, result.summary, runs)
+    result.summary = attach(scn, result.summary, runs, model_error=model_error)
     return result
 
 
 def run_with_bands(scn: Scenario, jobs: int | None = None, executor: str = "local", progress=None,
-                   address: str | None = None, **run_kw) -> RunResult:  # fmt: skip
+                   address: str | None = None, model_error: bool = True, **run_kw) -> RunResult:  # fmt: skip
     """Run ``scn`` (as :func:`simrollout.run.executors.run_scenario`) and its re-simulations over the
     refits: the result's summary carries ``<metric>_lo``, ``<metric>_hi`` and ``band``."""
     from ..run.executors import run_scenario
 
     result = run_scenario(scn, jobs=jobs, executor=executor, progress=progress, address=address, **run_kw)
-    return with_bands(scn, result, jobs, executor, None, address)
+    return with_bands(scn, result, jobs, executor, None, address, model_error)
 
 
 def sweep_with_bands(scn: Scenario, sets: dict[str, list], df: pd.DataFrame, executor: str = "local",

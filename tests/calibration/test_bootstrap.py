@@ -101,6 +101,7 @@ def test_a_probe_too_thin_to_bootstrap_is_refused_when_asked_and_warned_about_by
     assert one["uncertainty"]["refits"] == 4
 
 
+@pytest.mark.slow
 def test_calibrate_cli_stores_the_refits_and_says_so(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}) + "\n"

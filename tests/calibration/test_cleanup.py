@@ -64,6 +64,7 @@ def test_owned_sandboxes_of_a_dead_owner_are_stale_and_old_ones_too():
     assert Owned("d", "r", now - 7200, "elsewhere:1").stale(max_age=3600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("moment", [0.0, 0.3, 1.0])
 def test_process_probe_killed_hard_leaves_folders_that_the_next_probe_removes(tmp_path, moment):
     be = get_backend("process")
@@ -112,6 +113,7 @@ def test_docker_probe_killed_hard_leaves_containers_that_cleanup_removes(docker_
     assert c.id not in {x.id for x in docker_engine.containers.list(all=True, sparse=True)}
 
 
+@pytest.mark.slow
 def test_cleanup_refuses_a_backend_it_cannot_list(tmp_path):
     r = cli("cleanup", "nope")
     assert r.returncode == 2 and "expected one of" in r.stderr

@@ -72,6 +72,7 @@ def test_the_drift_scales_the_refits_and_the_fit_leaves_the_reference_blocks_out
     assert prof["provenance"]["reference_samples"] == sum(r["reference"] for r in recs)
 
 
+@pytest.mark.slow
 def test_calibrate_warns_past_the_targets_and_says_plainly_when_drift_was_not_measured(tmp_path):
     def write(recs, name):
         p = tmp_path / name

@@ -32,6 +32,7 @@ def _live(ec2):
     return [i for res in r["Reservations"] for i in res["Instances"]]
 
 
+@pytest.mark.slow
 def test_probe_on_ec2_records_every_phase_and_leaves_nothing(aws, tmp_path):
     from simrollout.calibration.backends import get_backend
     from simrollout.calibration.probe import ProbePlan, probe
@@ -59,6 +60,7 @@ def test_probe_on_ec2_records_every_phase_and_leaves_nothing(aws, tmp_path):
         assert attr["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
 
 
+@pytest.mark.slow
 def test_instances_of_a_killed_probe_are_cleaned_up(aws):
     from simrollout.calibration.backends import get_backend
     from simrollout.calibration.cleanup import sweep_stale
@@ -77,6 +79,7 @@ def test_instances_of_a_killed_probe_are_cleaned_up(aws):
     assert _live(ec2) == []
 
 
+@pytest.mark.slow
 def test_a_local_image_tag_is_refused_on_ec2(aws):
     from simrollout.calibration.backends import BackendUnavailable, get_backend
 

@@ -210,6 +210,7 @@ def test_the_fit_holds_under_measurement_noise():
         assert abs(row["tpot_rel_error"]) < 0.10, (key, row)
 
 
+@pytest.mark.slow
 def test_a_validation_pinned_otherwise_than_its_profiles_probe_is_warned_of(tmp_path):
     """The profile says whether its probe kept each client to a slot; an engine validation run
     the other way says so before it times anything (here: before finding no server)."""
@@ -266,6 +267,7 @@ def write_probe(path: Path, recs: list[dict]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_calibrate_says_where_the_cached_rate_switches_and_warns_of_a_wide_gap(tmp_path):
     from tests.conftest import cli
 
@@ -284,6 +286,7 @@ def test_calibrate_says_where_the_cached_rate_switches_and_warns_of_a_wide_gap(t
     assert "between 32 and 128 new tokens" in wide.stderr and "priced by a guess" in wide.stderr
 
 
+@pytest.mark.slow
 def test_calibrate_cli_writes_an_engine_profile_a_scenario_can_use(tmp_path):
     from tests.conftest import cli, make
 

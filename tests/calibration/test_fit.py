@@ -89,6 +89,7 @@ def test_a_law_the_ks_test_rejects_is_not_selected_for_its_likelihood():
     assert fit["selected"] == max(g, key=lambda k: g[k]["ks_pvalue"]) != min(g, key=lambda k: g[k]["aic"])
 
 
+@pytest.mark.slow
 def test_calibrate_says_when_the_ks_test_overrode_the_likelihood(tmp_path):
     slow = iter(OUTLIERS)
     path = records(tmp_path, {"create": (lambda r: next(slow), 0.0), "exec": LOGN, "teardown": LOGN}, n=16)
@@ -130,6 +131,7 @@ def test_contention_slope_and_failure_rate_are_recovered(shared):
     assert all(v == pytest.approx(0.1, abs=0.03) for v in prof["substrate"]["failures"]["create"].values())
 
 
+@pytest.mark.slow
 def test_failure_curve_is_fitted_against_operations_in_flight(tmp_path):
     p = records(tmp_path, {"create": LOGN, "exec": LOGN, "teardown": LOGN}, levels=(1, 16), n=2000, fail=0.0)
     recs = read_records([p])
@@ -163,6 +165,7 @@ def test_bad_probe_data_is_refused_with_phase_and_count(tmp_path):
         calibrate(read_records([allfail]), "x")
 
 
+@pytest.mark.slow
 def test_calibrate_cli_writes_a_profile_a_scenario_can_use(tmp_path):
     p = records(tmp_path, {"create": LOGN, "exec": LOGN, "teardown": LOGN, "upload": LOGN})
     out = tmp_path / "prof" / "syn.yaml"
@@ -174,6 +177,7 @@ def test_calibrate_cli_writes_a_profile_a_scenario_can_use(tmp_path):
     assert "upload" in yaml.safe_load(out.read_text())["fits"]
 
 
+@pytest.mark.slow
 def test_calibrate_cli_bad_data_exit_2(tmp_path):
     p = records(tmp_path, {"create": LOGN, "exec": LOGN, "teardown": LOGN}, n=3)
     r = cli("calibrate", str(p), "-o", str(tmp_path / "x.yaml"))

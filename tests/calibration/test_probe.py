@@ -203,6 +203,7 @@ def test_drawn_think_times_spread_sandboxes_that_started_together(tmp_path):
     assert set(prov) == {"drawn_mean", "p50", "p99"} and prov["p50"] < prov["drawn_mean"] < prov["p99"]
 
 
+@pytest.mark.slow
 def test_probe_refuses_an_unknown_think_draw(tmp_path):
     from tests.conftest import cli
 
@@ -211,6 +212,7 @@ def test_probe_refuses_an_unknown_think_draw(tmp_path):
     assert "Traceback" not in res.stderr and not (tmp_path / "p.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_probe_refuses_a_negative_think_time(tmp_path):
     from tests.conftest import cli
 

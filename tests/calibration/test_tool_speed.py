@@ -24,6 +24,7 @@ def _docker_ok() -> bool:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["process", pytest.param("docker", marks=pytest.mark.skipif(
     not _docker_ok(), reason="no Docker engine with simrollout-busybox:local"))])  # fmt: skip
 def test_probe_measures_tool_speed(tmp_path, monkeypatch, backend):

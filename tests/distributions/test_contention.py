@@ -24,6 +24,7 @@ GRID = [1.0, 1.5, 2, 3, 5, 8, 12, 20, 33, 48, 64, 100, 250, 1000, 10_000]
         max_size=10,
     )
 )
+@pytest.mark.slow
 def test_any_measured_points_give_a_monotone_finite_curve_never_below_one(points):
     f = Curve(points)
     ys = [f(n) for n in GRID + sorted(points)]

@@ -63,6 +63,7 @@ def with_bands(summary: pd.DataFrame, metrics: list[str], banded: str, why_not: 
     return s
 
 
+@pytest.mark.slow
 def test_tax_bars_are_the_summarys_phases_and_sum_to_worker_hours(result):
     s = result.summary
     fig = plots.tax_figure(s, "t")
@@ -96,6 +97,7 @@ def test_cost_bars_stack_sandbox_and_gpu_dollars_to_the_cost_with_worker_hours_b
     np.testing.assert_allclose(bars(worker)["worker-hours"][1], s.worker_hours)
 
 
+@pytest.mark.slow
 def test_cost_splits_out_the_trainer_with_a_training_loop():
     scn = load_scenario(ROOT / "scenarios" / "grpo_async.yaml")
     d = base_dict(scn)
@@ -185,6 +187,7 @@ def test_replications_draw_their_confidence_intervals(result):
     assert "95% CI over replications" in note(fig)
 
 
+@pytest.mark.slow
 def test_the_run_writes_every_plot(result, tmp_path):
     written = {p.name for p in write_results(result, tmp_path)}
     pngs = {"tax.png", "worker_hours_cost.png", "cold_start_cdf.png", "duration_cdf.png", "concurrency.png"}
@@ -203,6 +206,7 @@ def swept():
     return sweep(scenario_from_dict(d, "small"), {"cluster.concurrency": [16, 64, 256]}, executor="serial")
 
 
+@pytest.mark.slow
 def test_sweep_tax_and_cost_against_concurrency_are_the_sweeps_rows(swept, tmp_path):
     for what in ("tax", "cost"):
         fig = plots.sweep_panels_figure(swept, what)

@@ -24,6 +24,7 @@ def with_(scn, **over):
     return scenario_from_dict(d)
 
 
+@pytest.mark.slow
 def test_same_seed_same_numbers_and_parallel_equals_serial(small):
     scn = with_(small, fidelity="trajectory")
     a = run_scenario(scn, jobs=1).cells
@@ -49,6 +50,7 @@ def test_workload_is_common_across_substrates_and_concurrency(small):
     assert np.corrcoef(hosted[0].worker, docker[0].worker)[0, 1] > 0.99
 
 
+@pytest.mark.slow
 def test_fidelities_agree_on_a_small_uncontended_run(small):
     kw = dict(cluster={"concurrency": 64, "inference": {"engines": 64}}, policy={"mode": "async"})
     step = run_scenario(with_(small, fidelity="step", **kw), jobs=1).summary.set_index("substrate")
@@ -57,6 +59,7 @@ def test_fidelities_agree_on_a_small_uncontended_run(small):
         assert np.allclose(traj[m], step[m], rtol=tol), (m, traj[m], step[m])
 
 
+@pytest.mark.slow
 def test_fidelities_agree_with_a_saturated_inference_tier(small):
     kw = dict(cluster={"concurrency": 128, "inference": {"engines": 4, "slowdown": 0.05}})
     step_run = run_scenario(with_(small, fidelity="step", **kw), jobs=1)
@@ -71,6 +74,7 @@ def test_fidelities_agree_with_a_saturated_inference_tier(small):
         assert np.allclose(traj[m], step[m], rtol=0.05), (m, traj[m], step[m])
 
 
+@pytest.mark.slow
 def test_cli_run_writes_the_results_folder(tmp_path, root):
     out = tmp_path / "res"
     r = cli("run", str(root / "scenarios/small.yaml"), "-o", str(out))
@@ -124,6 +128,7 @@ def test_warm_pool_hides_cold_starts_and_rate_limit_queues():
     assert cold.makespan_hours * 3600 >= 400 / 2.0 - 1
 
 
+@pytest.mark.slow
 def test_failures_are_retried_and_counted():
     from tests.conftest import make
 

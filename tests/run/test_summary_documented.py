@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 import simrollout as sr
 from tests.conftest import ROOT
 
@@ -15,6 +17,7 @@ def undocumented(columns) -> list[str]:
     return [c for c in columns if re.sub(r"_(p\d+(_\d+)?|lo|hi|ci95)$", "", c) not in DOC]
 
 
+@pytest.mark.slow
 def test_every_summary_column_is_defined_in_the_model_docs():
     summary = sr.run(sr.load(ROOT / "scenarios" / "small.yaml")).summary
     assert len(summary.columns) > 30

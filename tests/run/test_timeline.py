@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+import pytest
+
 from simrollout.run.timeline import write_timeline
 from simrollout.scenario import scenario_from_dict
 from tests.conftest import cli, make
@@ -71,6 +73,7 @@ def test_timeline_is_a_valid_trace_of_the_loop(tmp_path):
     assert engines and max(e["args"]["requests"] for e in engines) >= 2
 
 
+@pytest.mark.slow
 def test_run_writes_a_timeline_and_the_training_tables(tmp_path):
     import yaml
 
@@ -95,6 +98,7 @@ def test_run_writes_a_timeline_and_the_training_tables(tmp_path):
     assert (out / "training_steps.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_timeline_refuses_a_large_run(tmp_path):
     p = tmp_path / "big.yaml"
     import yaml

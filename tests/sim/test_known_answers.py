@@ -15,6 +15,7 @@ def run(d, **kw):
     return run_scenario(scenario_from_dict(d), jobs=1, **kw)
 
 
+@pytest.mark.slow
 def test_one_second_per_rollout_over_a_million_rollouts_is_277_8_worker_hours():
     d = make(
         **{
@@ -30,6 +31,7 @@ def test_one_second_per_rollout_over_a_million_rollouts_is_277_8_worker_hours():
     assert round(s.worker_hours, 1) == 277.8
 
 
+@pytest.mark.slow
 def test_ten_ms_per_action_over_a_million_150_step_rollouts_is_416_7_hours():
     d = make(
         **{
@@ -67,6 +69,7 @@ def erlang_c_wait(lam, mu, c):
     return tail / (head + tail) / (c * mu - lam)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fidelity", ["step", "trajectory"])
 def test_mmc_queue_matches_erlang_c_mean_wait_within_2_percent(fidelity):
     lam, mu, c = 3.2, 1.0, 4  # utilisation 0.8
@@ -76,6 +79,7 @@ def test_mmc_queue_matches_erlang_c_mean_wait_within_2_percent(fidelity):
     assert rec.queue_wait[warm].mean() == pytest.approx(erlang_c_wait(lam, mu, c), rel=0.02)
 
 
+@pytest.mark.slow
 def test_littles_law_on_a_steady_state_run():
     lam = 2.0
     res = run(_poisson_exp(lam, 1.0, 8, 100_000))
@@ -91,6 +95,7 @@ def test_littles_law_on_a_steady_state_run():
     assert L == pytest.approx(lam * 1.0 * (1 + 0.0), rel=0.05)  # c large: L ~ offered load
 
 
+@pytest.mark.slow
 def test_sync_batch_makespan_is_mean_times_harmonic_number():
     n, mean, reps = 32, 10.0, 400
     d = make(

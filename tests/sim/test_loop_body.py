@@ -68,6 +68,7 @@ def test_every_trajectory_as_in_the_step_engine_without_load(training):
         assert (ra.status == CANCELLED).sum() > 0  # the case exercises cancels
 
 
+@pytest.mark.slow
 def test_grpo_loop_at_trajectory_fidelity_on_a_loaded_host_matches_the_step_engine():
     # the fidelity matrix's async row on a host with contention, at CI size
     d = build(Row("async", "host", "train", trajectories=20), 0, 20, 256)

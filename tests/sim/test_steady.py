@@ -60,6 +60,7 @@ def test_create_failures_run_in_full_and_are_counted(monkeypatch):
     ],
     ids=["warm_pool", "sync", "poisson"],
 )
+@pytest.mark.slow
 def test_not_used_where_the_matrix_never_compared_it(change):
     d = build(Row("async", "both"), 12_000, 10, 256)
     d.update(change)
@@ -71,6 +72,7 @@ def test_too_short_for_a_window_runs_in_full():
     assert _run(d).summary.iloc[0].one_wait_fraction == 0
 
 
+@pytest.mark.slow
 def test_the_table_and_summary_say_how_many_waited_at_once(tmp_path):
     import json
 

@@ -35,6 +35,7 @@ def ran(request):
     return (row, fidelity, *_run(row, fidelity))
 
 
+@pytest.mark.slow
 def test_worker_phases_sum_to_worker_hours_and_all_phases_to_time_outside_generation(ran):
     row, fidelity, scn, res = ran
     s = res.summary.iloc[0]
@@ -76,17 +77,26 @@ def test_failed_attempts_are_lost_work_and_a_failed_trajectory_is_all_lost():
 
 
 def test_uncontended_exec_overhead_is_the_drawn_overhead_and_fidelities_agree():
+    """The step engine's overhead is its calls' draws; the trajectory engine's each sum drawn at
+    once (the same law, other numbers): the other phases agree exactly, the overhead within its
+    sampling error."""
     scn, step = _run(Row("async", "none"), "step")
     _, fast = _run(Row("async", "none"), "trajectory")
-    (rec,) = step.records.values()
     work = draw_work(scn, 0)
-    drawn = np.concatenate([draw_substrate(scn, scn.substrates[0], 0, work, c).overhead
-                            for c in range(-(-work.n // CHUNK))])  # fmt: skip
-    ok = rec.status == OK
-    np.testing.assert_allclose(rec.overhead[ok], drawn[ok], rtol=1e-9)
+    for res, detail in ((step, True), (fast, False)):
+        (rec,) = res.records.values()
+        drawn = np.concatenate([draw_substrate(scn, scn.substrates[0], 0, work, c, detail=detail).overhead
+                                for c in range(-(-work.n // CHUNK))])  # fmt: skip
+        ok = rec.status == OK
+        np.testing.assert_allclose(rec.overhead[ok], drawn[ok], rtol=1e-9)
     a, b = step.summary.iloc[0], fast.summary.iloc[0]
+    (ra,), (rb,) = step.records.values(), fast.records.values()
+    se = float(np.hypot(ra.overhead.std(), rb.overhead.std())) / np.sqrt(len(ra.overhead))
     for c in TAX:
-        assert b[c] == pytest.approx(a[c], rel=1e-9, abs=1e-12), c
+        if c in ("tax_exec_overhead_s", "tax_wait_s"):  # the wait is the time after the overhead
+            assert b[c] == pytest.approx(a[c], abs=4 * se), c
+        else:
+            assert b[c] == pytest.approx(a[c], rel=1e-9, abs=1e-12), c
 
 
 @pytest.mark.parametrize("row", [Row("async", "both", "failures"), Row("poisson", "host", "warm_pool")],

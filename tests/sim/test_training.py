@@ -214,6 +214,7 @@ def test_a_run_out_of_budget_says_so():
     assert "only 2 of 6 steps trained" in buf.getvalue()
 
 
+@pytest.mark.slow
 def test_every_combination_of_the_loop_trains_its_steps():
     """Modes x partial rollouts x leftovers x failure handling x dynamic sampling x over-sampling,
     with lost sandboxes, timeouts and a loaded tier: every run trains all its steps, every

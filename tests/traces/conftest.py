@@ -9,7 +9,7 @@ import pytest
 from simrollout.traces import synthetic as sy
 
 ZERO = [{"name": "zero", "cold_start": 0, "exec_overhead": 0, "teardown": 0}]
-SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "tracelab" / "round_trace.sample.jsonl"
+SAMPLE = Path(__file__).resolve().parents[1] / "data/traces/tracelab/sanitized.round_trace.jsonl"
 
 
 def write(fmt: str, trajs, folder: Path) -> list[Path]:

@@ -138,3 +138,22 @@ def test_large_file_streams(tmp_path):
     tracemalloc.stop()
     assert ts.steps == sum(len(t.steps) for t in trajs)
     assert peak < 0.25 * size, f"peak {peak:,} bytes reading a {size:,}-byte file"
+
+
+def test_messages_end_cleanly(tmp_path, traces):
+    """Refused or all skipped, in every format: one sentence end each, no '?.' or '..'."""
+    junk = tmp_path / "junk.json"
+    junk.write_text(json.dumps({"something": "else"}))
+    lines = tmp_path / "junk.jsonl"
+    lines.write_text(json.dumps({"something": "else"}) + "\n")
+    seen = 0
+    for fmt in ("tracelab", "atif", "verifiers", "swe-agent", "mini-swe-agent"):
+        for path in (junk, lines):
+            for on_bad in ("refuse", "skip"):
+                try:
+                    read_trace(fmt, [path], on_bad=on_bad)
+                except InputError as e:
+                    msg, seen = str(e), seen + 1
+                    assert "?." not in msg and ".." not in msg and ". ." not in msg, msg
+                    assert str(path) in msg and msg.endswith("."), msg
+    assert seen == 20

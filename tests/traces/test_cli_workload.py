@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from simrollout.run.executors import run_scenario
@@ -11,6 +12,7 @@ from tests.conftest import cli
 from .conftest import SAMPLE, ZERO
 
 
+@pytest.mark.slow
 def test_workload_verb_writes_section_and_plot(traces, tmp_path):
     _, (path,) = traces["tracelab"]
     out = tmp_path / "wl.yaml"
@@ -32,10 +34,11 @@ def test_workload_verb_writes_section_and_plot(traces, tmp_path):
     tok = scenario_from_dict(
         {"version": 1, "workload": {"import": str(out), "trajectories": 20, "llm": "tokens"}, "substrates": ZERO,
          "cluster": {"concurrency": 2, "inference": {"engines": 1, "profile": str(
-             SAMPLE.parents[3] / "calibration/engines/llama3.1-8b-h100-vllm.yaml")}}}, tmp_path / "s.yaml")  # fmt: skip
+             SAMPLE.parents[4] / "calibration/engines/llama3.1-8b-h100-vllm.yaml")}}}, tmp_path / "s.yaml")  # fmt: skip
     assert tok.workload.tokens is not None and tok.workload.llm_time is None
 
 
+@pytest.mark.slow
 def test_bad_trace_exit_2_nothing_written(traces, tmp_path):
     _, (path,) = traces["tracelab"]
     lines = path.read_text().splitlines()
@@ -52,4 +55,28 @@ def test_bad_trace_exit_2_nothing_written(traces, tmp_path):
     assert "skipped: bad_json 1" in r.stdout
     assert yaml.safe_load(out.read_text())["provenance"]["skipped"]["bad_json"]["count"] == 1
     r = cli("workload", "nosuch", str(bad), "-o", str(out))
-    assert r.returncode == 2 and "expected one of" in r.stderr
+    assert r.returncode == 2 and "'nosuch': expected tracelab, atif, verifiers" in r.stderr
+
+
+def test_real_files_import_quietly_with_tool_latency(tmp_path):
+    """SWE-agent (no tokens to plot: no empty legend) and verifiers' per-rollout layout; nothing
+    on stderr, and --tool-latency recorded in the provenance and used."""
+    from .test_real_files import files
+
+    out = tmp_path / "swe.yaml"
+    r = cli("workload", "swe-agent", *files("swe-agent", "[!p]*.traj"), "-o", out)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert "no LLM time" in r.stdout
+    r = cli("workload", "swe-agent", *files("swe-agent", "pre-0.7*.traj"), "-o", out)
+    assert r.returncode == 2 and "--tool-latency SECONDS" in r.stderr and "?." not in r.stderr
+    r = cli("workload", "swe-agent", *files("swe-agent", "*.traj"), "-o", out, "--tool-latency", "1.5")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    doc = yaml.safe_load(out.read_text())
+    assert doc["provenance"]["tool_latency"] == 1.5 and doc["provenance"]["trajectories"] == 3
+    out = tmp_path / "v.yaml"
+    r = cli("workload", "verifiers", *files("verifiers", "*.jsonl"), "-o", out, "--on-bad", "skip")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert "skipped: no_timing 4" in r.stdout and "written before verifiers timed rollouts" in r.stdout
+    r = cli("workload", "atif", *files("atif", "*.json"), "-o", tmp_path / "a.yaml")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert "as read: steps reordered 0, steps merged 0" in r.stdout

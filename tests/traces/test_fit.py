@@ -25,6 +25,7 @@ def big(tmp_path_factory):
     return trajs, write("tracelab", trajs, tmp_path_factory.mktemp("big"))
 
 
+@pytest.mark.slow
 def test_import_recovers_p50_p99(big):
     trajs, paths = big
     ts = read_trace("tracelab", paths)
@@ -51,6 +52,7 @@ def test_import_recovers_p50_p99(big):
     assert {"ks", "family_rel_error"} <= set(rep["tools.shell"])
 
 
+@pytest.mark.slow
 def test_held_out_half_predicts_duration(tmp_path):
     trajs = sy.generate(1000, seed=9, steps_median=10)
     ts = read_trace("tracelab", write("tracelab", trajs, tmp_path))

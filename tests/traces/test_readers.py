@@ -70,7 +70,6 @@ def test_categories_and_override(traces):
     assert set(mini["tool_latency_s"]) == {"shell", "read", "edit", "search", "test"}
 
 
-@pytest.mark.skipif(not SAMPLE.is_file(), reason="the TraceLab sample fixture is absent")
 def test_real_tracelab_sample():
     """The 19-row TraceLab sample (CC BY 4.0, TraceLab, SyFI Lab, University of Washington)."""
     ts = read_trace("tracelab", [SAMPLE])

@@ -71,6 +71,7 @@ def test_bootstrap_by_whole_trajectory(traces, tmp_path):
         _scn(path, "tracelab", tmp_path, trajectories=500, resample="never")
 
 
+@pytest.mark.slow
 def test_replay_keeps_correlations(tmp_path):
     """Long trajectories with slow tools: kept by the replay, lost by the fitted workload."""
     from simrollout.traces import read_trace
@@ -94,7 +95,7 @@ def test_replay_keeps_correlations(tmp_path):
 
 def test_replay_tokens_grow_contexts(traces, tmp_path):
     trajs, (path,) = traces["tracelab"]
-    eng = {"profile": str(SAMPLE.parents[3] / "calibration/engines/llama3.1-8b-h100-vllm.yaml"), "engines": 2}
+    eng = {"profile": str(SAMPLE.parents[4] / "calibration/engines/llama3.1-8b-h100-vllm.yaml"), "engines": 2}
     scn = _scn(
         path, "tracelab", tmp_path, llm="tokens", _top={"cluster": {"concurrency": 2, "inference": eng}}
     )

@@ -11,6 +11,7 @@ from simrollout.validation.fidelity import TOLERANCE, Row, build, compare, matri
 from simrollout.validation.verdicts import fidelity_choice
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", matrix(), ids=lambda r: r.name)
 def test_trajectory_engine_holds_where_auto_uses_it(row: Row):
     # serving rows at 4,000: their luck is a draw, and a p99 of 2,000 trajectories (its 20 largest)

@@ -18,6 +18,7 @@ def _auto(row: Row) -> tuple[str, str]:
     return fidelity_choice(scenario_from_dict(d))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", training_rows(), ids=lambda r: r.name)
 def test_training_row_holds_where_auto_uses_the_trajectory_engine(row: Row):
     fid, why = _auto(row)

@@ -7,6 +7,7 @@ import json
 import sys
 
 import pandas as pd
+import pytest
 
 from simrollout.scenario import Engine, load_engine_profile
 from tests.conftest import ROOT, cli
@@ -65,6 +66,7 @@ def test_iterations_timed_on_the_server_beside_the_profile(llama_server, tmp_pat
     assert "decode, 512 cached" in res.stdout and "no targets" in res.stdout
 
 
+@pytest.mark.slow
 def test_iterations_and_pinned_slots_need_an_engine_validation(tmp_path):
     for extra in (["--iterations"], ["--pin-slots"]):
         res = cli("validate", *extra, "--profile", PROFILE)

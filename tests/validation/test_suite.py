@@ -278,6 +278,7 @@ def _errors(drift: float, interleave: bool) -> pd.Series:
     return _rows_of(drift, interleave).set_index("metric").error_pct
 
 
+@pytest.mark.slow
 def test_linear_drift_biases_a_sequential_comparison_and_the_interleaved_suite_cancels_it():
     """The machine slows 4% with every block (24-28% over the sitting). Probing first and running
     the real side after compares the fit with a machine that has since slowed: infrastructure
@@ -339,6 +340,7 @@ def test_report_suite_json_and_history_written_and_read_back(tmp_path):
     assert json.loads(json.dumps(suite_report._clean({"x": float("nan")}))) == {"x": None}
 
 
+@pytest.mark.slow
 def test_validate_suite_rejects_bad_options_and_validate_keeps_its_usage(tmp_path):
     res = cli("validate", "suite", "--record", tmp_path, "--repeats", "2")
     assert res.returncode == 2 and "--repeats" in res.stderr and "Traceback" not in res.stderr

@@ -248,6 +248,7 @@ def test_the_printed_comparison_cuts_no_name_or_figure_short_on_a_narrow_termina
     assert any(line.rstrip().endswith(("ok", "MISSED")) for line in proc.stdout.splitlines())
 
 
+@pytest.mark.slow
 def test_against_refuses_a_folder_without_a_record_and_other_modes(tmp_path, root):
     from tests.conftest import cli
 
@@ -325,6 +326,7 @@ def test_exec_by_load_reads_the_profiles_curve_at_the_loads_the_real_execs_start
     assert abs(t.loc["2", "diff_pct"] + 50) < 1e-6 and abs(t.loc["1", "diff_pct"]) < 1e-6
 
 
+@pytest.mark.slow
 def test_against_reads_a_records_timed_operations_and_refuses_a_broken_ops_file(tmp_path, root):
     import pandas as pd
 

@@ -74,6 +74,7 @@ def test_against_compares_a_recorded_agent_loop_with_the_given_engine_profile(tm
     assert ((ratio > 1.6) & (ratio < 2.4)).all(), ratio
 
 
+@pytest.mark.slow
 def test_against_refuses_an_engine_record_read_as_a_sandbox_rollout_and_the_reverse():
     from tests.conftest import cli
 
@@ -89,6 +90,7 @@ def test_against_refuses_an_engine_record_read_as_a_sandbox_rollout_and_the_reve
     )
 
 
+@pytest.mark.slow
 def test_the_table_shows_where_a_request_goes_without_targets_for_it():
     """Beside the targets, the medians of time to first token and per output token: the real
     side computed per run from the record, and never counted as a missed target."""

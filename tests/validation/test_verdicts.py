@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import yaml
 
 from simrollout.scenario import scenario_from_dict
@@ -51,6 +52,7 @@ def test_only_an_unbacked_forced_fidelity_warns():
     assert "sync/both/clients" in unbacked(scenario_from_dict(clients))
 
 
+@pytest.mark.slow
 def test_run_with_a_forced_unbacked_fidelity_warns_in_the_run_the_title_and_summary(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump(make(**SYNC_TIER)))

@@ -37,6 +37,8 @@ def test_parse_set_and_set_path():
     assert d == {"a": [{"b": 2}]}
     with pytest.raises(InputError, match="expected PATH=VALUE"):
         parse_set("cluster.concurrency")
+    with pytest.raises(InputError, match="must be a YAML scalar"):  # no mapping, list or alias in a value
+        parse_set("workload.steps={a: 1}")
     with pytest.raises(InputError, match="not an index"):
         set_path({"a": [1]}, "a.x", 2)
 
@@ -86,6 +88,7 @@ def _plan_dict(**over) -> dict:
     )
 
 
+@pytest.mark.slow
 def test_plan_finds_the_cheapest_configuration_meeting_a_deadline():
     d = _plan_dict(
         **{
@@ -129,6 +132,7 @@ def test_parse_duration():
         parse_duration("soon")
 
 
+@pytest.mark.slow
 def test_cli_sweep_and_plan(tmp_path, root):
     out = tmp_path / "sw"
     r = cli(
@@ -160,6 +164,7 @@ def test_cli_sweep_and_plan(tmp_path, root):
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_ray_executor_gives_the_local_numbers():
     ray = pytest.importorskip("ray")
     scn = small_scn(**{"cluster.concurrency": [4, 16]})
@@ -204,6 +209,7 @@ def test_plan_never_picks_a_configuration_that_loses_trajectories_to_timeouts():
     assert loose.table.within_budget.all()
 
 
+@pytest.mark.slow
 def test_plan_checks_the_top_candidates_at_a_larger_size_with_confidence_intervals():
     scn = _slots_scenario(**{"workload.trajectories": 3000,
                              "workload.llm_time": {"kind": "lognormal", "median": 1.0, "p99": 3.0}})  # fmt: skip
@@ -242,6 +248,7 @@ def test_plan_sensitivity_says_whether_the_recommendation_survives_slower_latenc
     assert "Sensitivity: latencies x1.50" in p.describe()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("slack", [0.97, 1.0, 1.03])
 def test_a_target_at_a_configurations_capacity_is_met_or_refused_as_the_check_says(slack):
     scn = _slots_scenario(**{"workload.trajectories": 3000,

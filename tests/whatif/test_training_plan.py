@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from simrollout.scenario import scenario_from_dict
@@ -37,6 +38,7 @@ def test_plan_finds_the_cheapest_configuration_reaching_steps_per_day():
     assert "steps/day" in p.describe() and "Checked with 3 replications" in p.describe()
 
 
+@pytest.mark.slow
 def test_plan_says_when_no_configuration_reaches_the_target(tmp_path):
     path = tmp_path / "g.yaml"
     path.write_text(yaml.safe_dump(_scenario()))

@@ -65,6 +65,7 @@ def test_refits_equal_to_the_point_give_a_band_of_zero_width_common_random_numbe
     assert s.band_dominant == "model error"
 
 
+@pytest.mark.slow
 def test_bands_cover_the_true_substrates_metrics_on_the_synthetic_substrate(tmp_path):
     """50 probes of a known substrate, each calibrated with 20 refits: the 90% band of each
     metric, re-simulated with common random numbers, covers the metric simulated on the true
@@ -84,6 +85,7 @@ def test_bands_cover_the_true_substrates_metrics_on_the_synthetic_substrate(tmp_
     assert all(c >= 0.85 for c in coverage.values()), coverage
 
 
+@pytest.mark.slow
 def test_run_uncertainty_cli_writes_bands_beside_the_metrics(tmp_path):
     fitted_profile(tmp_path, refits=8)
     data = scenario({"profile": "p.yaml", "billing": {"price_per_second": 1e-5}}, tmp_path, replications=2)
@@ -117,6 +119,7 @@ def test_run_uncertainty_cli_writes_bands_beside_the_metrics(tmp_path):
     assert "bootstrap B=8" in res.stdout and " [" in res.stdout  # the table shows the band
 
 
+@pytest.mark.slow
 def test_a_scenario_of_public_figures_says_it_has_no_band(tmp_path):
     scn = load_scenario(ROOT / "scenarios" / "1m_150step.yaml")
     labels = [label for label, subs in uncertainty.refits_of(scn)]
@@ -160,6 +163,7 @@ def test_sweep_bands_each_grid_point(tmp_path):
     assert df.makespan_hours_lo.iloc[0] > df.makespan_hours_hi.iloc[1]
 
 
+@pytest.mark.slow
 def test_plan_says_how_often_its_recommendation_stays_the_winner(tmp_path):
     fitted_profile(tmp_path, refits=4)
     data = scenario({"profile": "p.yaml", "billing": {"price_per_second": 1e-5}}, tmp_path, trajectories=200)

@@ -121,6 +121,7 @@ def _routed(service):
     return [c for c in service.http.unrouted if c.path.startswith(("/api/sandbox", "/toolbox"))]
 
 
+@pytest.mark.slow
 def test_probe_on_daytona_records_every_phase_and_leaves_no_sandbox(service, tmp_path):
     from simrollout.calibration.backends import get_backend
     from simrollout.calibration.probe import ProbePlan, probe
@@ -153,6 +154,7 @@ def test_a_failing_command_raises(service):
     assert service.boxes == {}
 
 
+@pytest.mark.slow
 def test_sandboxes_of_a_killed_probe_are_cleaned_up(service):
     from simrollout.calibration.backends import get_backend
     from simrollout.calibration.cleanup import sweep_stale

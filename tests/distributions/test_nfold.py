@@ -1,0 +1,63 @@
+"""Sums drawn from their m-fold law against exact laws and brute-force sums."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from simrollout.distributions import parse_dist
+from simrollout.distributions.nfold import NFold
+
+EXP = {"kind": "exponential", "mean": 1.0}
+LOGN = {"kind": "lognormal", "median": 0.053, "p99": 0.2}  # scenarios' docker exec overhead
+
+
+@pytest.mark.parametrize("j", [0, 3, 7])
+def test_tables_lie_within_the_bound_of_the_exact_law(j):
+    """A sum of m exponentials is Gamma(m): the table's CDF at every cell sits between the exact
+    CDF there and the exact CDF one bound further (the coupling of the module's docstring)."""
+    nf = NFold(parse_dist(EXP), tail=1e-12)
+    m = 2**j
+    first, cdf = nf._table(j)
+    k = first + np.arange(len(cdf))
+    edge = nf.h * (k + 1)
+    lower, upper = stats.gamma(m).cdf(edge), stats.gamma(m).cdf(edge + m * nf.h)
+    assert np.all(cdf >= lower - 1e-9) and np.all(cdf <= upper + 1e-9)
+    assert float(nf.bound(m)) == pytest.approx(m * nf.h / 2)
+
+
+@pytest.mark.parametrize("tail", [1e-6, 0.05])
+def test_exponential_sums_have_the_gamma_law(tail):
+    """One-sample KS against the exact law, with the tail drawn exactly (a large tail share makes
+    most sums hold tail draws)."""
+    nf = NFold(parse_dist(EXP), tail=tail)
+    m = np.random.default_rng(3).integers(1, 200, 200_000)
+    s = nf.sample(np.random.default_rng(4), m)
+    u = stats.gamma.cdf(s, m)  # each sum's probability integral transform under its own m
+    assert stats.kstest(u, "uniform").pvalue > 1e-3
+    if tail == 0.05:
+        assert nf.tail == pytest.approx(0.05, rel=1e-6)
+
+
+@pytest.mark.parametrize("m", [1, 3, 150])
+def test_lognormal_sums_match_brute_force_sums(m):
+    d = parse_dist(LOGN)
+    nf = NFold(d)
+    n = 200_000
+    s = nf.sample(np.random.default_rng(1), np.full(n, m))
+    brute = d.sample(np.random.default_rng(2), n * m).reshape(n, m).sum(axis=1)
+    assert stats.ks_2samp(s, brute).pvalue > 1e-3
+    se = brute.std() / np.sqrt(n)
+    assert abs(s.mean() - m * d.mean()) < 4 * se + float(nf.bound(m))
+    for q in (0.5, 0.99, 0.999):  # quantiles within the bound plus the sample's own spread
+        want = np.quantile(brute, q)
+        assert abs(np.quantile(s, q) - want) < float(nf.bound(m)) + 0.02 * want
+
+
+def test_same_seed_same_sums_and_constants_exact():
+    nf = NFold(parse_dist(LOGN))
+    m = np.array([0, 1, 2, 150, 151, 1000])
+    a = nf.sample(np.random.default_rng(9), m)
+    b = nf.sample(np.random.default_rng(9), m)
+    assert np.array_equal(a, b) and a[0] == 0.0
+    c = NFold(parse_dist(0.25))
+    assert np.array_equal(c.sample(np.random.default_rng(0), m), m * 0.25)
