@@ -18,6 +18,7 @@ from pydantic import (
 
 from ..distributions import Constant, Dist, number_is_constant
 from .base import _Model
+from .presets import apply_preset
 from .trainer import FlopsTime, ModelSize, Trainer, TransferTime
 
 
@@ -91,6 +92,11 @@ class Training(_Model):
     dynamic_sampling: PassRate | None = None
     on_failure: Literal["mask", "drop_group", "retry"] = "mask"
     retries: NonNegativeInt = 2  # on_failure: retry, per member
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data):
+        return apply_preset(data)
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -57,6 +57,12 @@ def test_unavailable_backends_say_what_is_missing(name, needs, monkeypatch):
     assert name in msg and ("simrollout[" in msg or "set " in msg or "KUBECONFIG" in msg)
 
 
+def test_docker_without_an_engine_says_how_to_start_one(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")  # the discard port: nothing answers
+    with pytest.raises(BackendUnavailable, match="no Docker engine answers .*scripts/start-docker.sh"):
+        get_backend("docker")
+
+
 def test_unknown_backend():
     with pytest.raises(InputError, match="expected one of"):
         get_backend("nope")

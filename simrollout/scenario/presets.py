@@ -1,0 +1,57 @@
+"""Presets of the ``training`` section: the loop settings of the recipes users run, each field
+as the framework's own documentation gives it (``SOURCES``). A scenario names one with
+``training: {preset: <name>, ...}``; its own fields override the preset's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # verl docs/advance/fully_async.md, "Asynchronous Training on 7B Model" and its parameter table
+    "verl-fully-async": {
+        "mode": "async",
+        "placement": "disaggregated",  # Trainer and Rollouter GPUs apart (n_gpus_per_node)
+        "staleness_fraction": 0.5,  # async_training.staleness_threshold: 0.5
+        "stale_samples": "keep",  # used, counted: fully_async/count/stale_samples_processed
+        "partial_rollouts": True,  # async_training.partial_rollout: True
+        "sync_every": 1,  # trigger_parameter_sync_step x require_batches x mini = batch
+    },
+    # AReaL docs, algorithms/async.html ("Off-Policyness Control", partial rollouts)
+    "areal": {
+        "mode": "async",
+        "placement": "disaggregated",  # "overlapped ... on disaggregated GPUs"
+        "max_staleness": 4,  # rollout.max_head_offpolicyness: 4
+        "partial_rollouts": True,  # "a single trajectory can be segmented across multiple policy versions"
+    },
+    # slime train_async.py: "Colocation is not supported for async training"; the next rollout
+    # is generated while the current one trains
+    "slime-async": {"mode": "one_step_off", "placement": "disaggregated"},
+    # prime-rl docs, async.md: max_async_level k, "By default, we set k=2"
+    "prime-rl": {"mode": "async", "placement": "disaggregated", "max_staleness": 2},
+}
+
+SOURCES = {
+    "verl-fully-async": "https://verl.readthedocs.io/en/latest/advance/fully_async.html",
+    "areal": "https://inclusionai.github.io/AReaL/algorithms/async.html",
+    "slime-async": "https://github.com/THUDM/slime/blob/main/train_async.py",
+    "prime-rl": "https://docs.primeintellect.ai/prime-rl/async",
+}
+
+# one field of a pair given by the user replaces the preset's other one
+_EXCLUSIVE = (("max_staleness", "staleness_fraction"),)
+
+
+def apply_preset(data: Any) -> Any:
+    """``data`` with its named preset's fields beneath its own (unchanged without ``preset``)."""
+    if not isinstance(data, dict) or "preset" not in data:
+        return data
+    user = dict(data)
+    name = user.pop("preset")
+    if name not in PRESETS:
+        raise ValueError(f"preset '{name}' is not one of: {', '.join(sorted(PRESETS))}")
+    base = dict(PRESETS[name])
+    for a, b in _EXCLUSIVE:
+        for mine, theirs in ((a, b), (b, a)):
+            if mine in user:
+                base.pop(theirs, None)
+    return {**base, **user}
