@@ -60,6 +60,7 @@ OUTSIDE = {
     "sync/both/warm_pool": {"duration_p99": -3.15},
     "sync/both/clients": {"duration_p99": -3.15},
     "sync/both/shared": {"duration_p99": -3.15},
+    "sync/both/in_order": {"duration_p99": -3.15},
 }
 
 
