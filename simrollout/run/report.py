@@ -167,12 +167,10 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         )
     if scn.training is not None:
         tr = scn.training
-        title = (
-            f"training loop: {tr.mode}, {tr.prompts_per_step} prompts x {tr.samples_per_prompt} samples, "
-            f"{tr.steps:,} steps, {tr.placement}"
-            + (f", max staleness {tr.max_staleness}" if tr.mode == "async" else "")
-        )
+        title = loop_title(tr)
         cols = [c for c in TRAINING if not (scn.sandboxless and c[0] in SANDBOX_COLUMNS)]
+        if tr.partial_rollout == "interrupt":
+            cols.append(("resumed_samples_trained", "resumed", "{:,d}"))
         if scn.workload.tokens is not None and scn.workload.tokens.max_tokens:
             cols.append(("truncated_samples", "truncated", "{:,d}"))
         console.print(_table(title, cols, result.summary))
@@ -191,7 +189,8 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
             "unused while they could generate (in tokens: KV cache not held by running requests; in "
             "seconds: no request); discarded: over-sampled, filtered, stale, "
             "failed groups and groups left at the end; stale used: trained samples started under an older "
-            "version; partial: trained samples whose generation crossed a weight sync (docs/model.md).",
+            "version; partial: trained samples whose generation crossed a weight sync; resumed: of "
+            "them, those interrupted at a sync and resumed under the new weights (docs/model.md).",
             style="dim",
         )
 
@@ -258,3 +257,17 @@ def write_results(result: RunResult, out: Path) -> list[Path]:
         written.append(out / "training_steps.csv")
         result.steps.to_csv(written[-1], index=False)
     return written + plot_run(result, out)
+
+
+def loop_title(tr) -> str:
+    """The training table's title: the loop's mode, batch, steps, placement, staleness bound (in
+    versions or as a fraction, as given) and partial rollouts when they are interrupted."""
+    bound = ""
+    if tr.mode == "async":
+        f = tr.staleness_fraction
+        bound = f", staleness fraction {f:g}" if f is not None else f", max staleness {tr.max_staleness}"
+    return (
+        f"training loop: {tr.mode}, {tr.prompts_per_step} prompts x {tr.samples_per_prompt} samples, "
+        f"{tr.steps:,} steps, {tr.placement}{bound}"
+        + (", requests interrupted at a sync" if tr.partial_rollout == "interrupt" else "")
+    )

@@ -14,6 +14,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "staleness_fraction": 0.5,  # async_training.staleness_threshold: 0.5
         "stale_samples": "keep",  # used, counted: fully_async/count/stale_samples_processed
         "partial_rollouts": True,  # async_training.partial_rollout: True
+        # partial_rollout: "sleep() and resume()" save the ongoing rollouts' samples at a parameter
+        # sync and continue them in the next rollout (not waiting for ongoing tasks)
+        "partial_rollout": "interrupt",
         "sync_every": 1,  # trigger_parameter_sync_step x require_batches x mini = batch
     },
     # AReaL docs, algorithms/async.html ("Off-Policyness Control", partial rollouts)
@@ -22,12 +25,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         "placement": "disaggregated",  # "overlapped ... on disaggregated GPUs"
         "max_staleness": 4,  # rollout.max_head_offpolicyness: 4
         "partial_rollouts": True,  # "a single trajectory can be segmented across multiple policy versions"
+        "partial_rollout": "interrupt",  # partial rollouts: generation interrupted at a weight update
     },
     # slime train_async.py: "Colocation is not supported for async training"; the next rollout
     # is generated while the current one trains
     "slime-async": {"mode": "one_step_off", "placement": "disaggregated"},
     # prime-rl docs, async.md: max_async_level k, "By default, we set k=2"
     "prime-rl": {"mode": "async", "placement": "disaggregated", "max_staleness": 2},
+    # SkyRL docs, tutorials/fully_async ("In-flight Weight Update / Multi-Turn Partial Rollout")
+    # and its FullyAsyncConfig
+    "skyrl": {
+        "mode": "async",
+        "placement": "disaggregated",  # training and generation on separate GPUs (colocate_all: false)
+        # trainer.fully_async.max_staleness_steps: 4 (a group scheduled at step i trains at j <= i + 4)
+        "max_staleness": 4,
+        "stale_samples": "keep",  # the bound holds at admission; no group is dropped for staleness
+        "partial_rollout": "interrupt",  # in-flight weight update: generation aborted, resumed
+    },
 }
 
 SOURCES = {
@@ -35,6 +49,7 @@ SOURCES = {
     "areal": "https://inclusionai.github.io/AReaL/algorithms/async.html",
     "slime-async": "https://github.com/THUDM/slime/blob/main/train_async.py",
     "prime-rl": "https://docs.primeintellect.ai/prime-rl/async",
+    "skyrl": "https://docs.skyrl.ai/docs/tutorials/fully_async",
 }
 
 # one field of a pair given by the user replaces the preset's other one
@@ -50,6 +65,9 @@ def apply_preset(data: Any) -> Any:
     if name not in PRESETS:
         raise ValueError(f"preset '{name}' is not one of: {', '.join(sorted(PRESETS))}")
     base = dict(PRESETS[name])
+    keeps = user.get("partial_rollouts", True) and user.get("pause_engines_on_sync", True)
+    if not keeps or user.get("placement", "disaggregated") != "disaggregated":
+        base.pop("partial_rollout", None)  # the user's loop cannot interrupt requests
     for a, b in _EXCLUSIVE:
         for mine, theirs in ((a, b), (b, a)):
             if mine in user:

@@ -77,6 +77,9 @@ class Training(_Model):
     staleness_fraction: NonNegativeFloat | None = None  # verl: stale samples as a share of a version's
     stale_samples: Literal["discard", "keep"] | None = None  # beyond the bound; default per form
     partial_rollouts: bool = True  # on a weight update, in-flight trajectories go on (else discarded)
+    # at a weight sync, LLM requests still generating finish under the old weights, or are
+    # interrupted and resumed under the new ones (verl partial_rollout, AReaL, SkyRL)
+    partial_rollout: Literal["finish", "interrupt"] = "finish"
     sync_every: PositiveInt = 1  # training steps per weight sync (verl's trigger_parameter_sync_step)
     mini_batch: PositiveInt | None = None  # groups per streamed update (default: the step's B)
     model: ModelSize | None = None
@@ -142,6 +145,8 @@ class Training(_Model):
                 "sync_every and mini_batch apply to modes sync and async; one_step_off trains each "
                 "step's batch whole and syncs after it"
             )
+        if self.partial_rollout == "interrupt":
+            self._interruptible()
         if self.staleness_fraction is not None:
             if self.mode != "async":
                 raise ValueError("staleness_fraction bounds mode 'async'; set mode: async or drop it")
@@ -151,6 +156,23 @@ class Training(_Model):
                     "staleness_fraction (a share of a version's samples, verl), not both"
                 )
         return self
+
+    def _interruptible(self) -> None:
+        """``partial_rollout: interrupt`` needs engines apart from the trainer that pause to load
+        the weights, and trajectories that go on across a sync."""
+        why = None
+        if self.placement != "disaggregated":
+            why = "placement 'disaggregated' (colocated engines generate nothing while they train)"
+        elif not self.pause_engines_on_sync:
+            why = "pause_engines_on_sync: true (the engines stop generating to load the weights)"
+        elif not self.partial_rollouts:
+            why = "partial_rollouts: true (with false, in-flight trajectories are discarded at a sync)"
+        if why:
+            raise ValueError(
+                f"partial_rollout 'interrupt' (requests generating at a weight sync are interrupted "
+                f"and resumed under the new weights) needs {why}; use partial_rollout: finish or "
+                "change that field"
+            )
 
     @property
     def stale_policy(self) -> str:

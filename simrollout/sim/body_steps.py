@@ -76,21 +76,59 @@ class StepBody:
         """Step ``s``'s generation: ``(completed before the deadline, context after it)``."""
         w, env, tier = self.work, self.env, self.tier
         if w.step_output is None:
-            engine, dur = tier.duration(float(w.step_llm[s]) * x)
-            ok = yield from until(env, dur, deadline)
-            tier.done(engine)
+            ok = yield from self._generate_seconds(i, float(w.step_llm[s]) * x, deadline)
             return ok, ctx
         t0 = env.now
         ctx, fresh, reusable, out = self._turn(ctx, w, i, s, x)
         ok = yield from until(env, self._overhead, deadline)
-        if ok:
-            req = tier.request(i, ctx, out, reusable, fresh)
-            ok = yield from await_event(env, req.done, deadline)
+        c, o = ctx, out
+        while ok:
+            req = tier.request(i, c, o, reusable, fresh)
+            abort = self.llm_abort() if self.llm_abort is not None else None
+            ok = yield from await_event(env, req.done if abort is None else req.done | abort, deadline)
+            if ok and not req.done.triggered:  # a weight sync interrupts it (partial_rollout)
+                tier.abort(req)
+                ok = yield from await_event(env, req.done, deadline)
             if not ok:
                 tier.cancel(req)
-            elif self.turn_log is not None:
-                self.turn_log.append((i, self.bodies, env.now - t0, float(w.step_llm[s])))
+                break
+            if not req.aborted or req.generated >= o:
+                if self.turn_log is not None:
+                    self.turn_log.append((i, self.bodies, env.now - t0, float(w.step_llm[s])))
+                break
+            # resumed under the new weights: the context and the tokens so far prefilled again
+            c, o, reusable, fresh = c + req.generated, o - req.generated, c + req.generated, False
+            yield from self._resume(i)
         return ok, ctx + out
+
+    def _generate_seconds(self, i: int, base: float, deadline: float):
+        """A turn in seconds on the tier; interrupted at a weight sync, the rest of it resumes
+        after the sync (the share done is kept)."""
+        env, tier = self.env, self.tier
+        while True:
+            engine, dur = tier.duration(base)
+            abort = self.llm_abort() if self.llm_abort is not None else None
+            if abort is None:
+                ok = yield from until(env, dur, deadline)
+                tier.done(engine)
+                return ok
+            t0, left = env.now, deadline - env.now
+            yield env.timeout(min(dur, max(left, 0.0))) | abort
+            tier.done(engine)
+            spent = env.now - t0
+            if spent >= min(dur, left) - 1e-12 or not abort.triggered:
+                return dur <= left
+            base *= 1.0 - spent / dur
+            yield from self._resume(i)
+
+    def _resume(self, i: int):
+        """An interrupted turn waits for the new weights, then resumes under them."""
+        closed = self.llm_gate() if self.llm_gate is not None else None
+        while closed is not None:
+            yield closed
+            closed = self.llm_gate()
+        if self.on_resume is not None:
+            self.on_resume(i)
 
     def _turn(self, ctx: int, w: Work, i: int, s: int, x: float) -> tuple[int, bool, int, int]:
         """Step ``s``'s request in tokens: ``(context, fresh, reusable, output)``. The context

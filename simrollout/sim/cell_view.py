@@ -33,6 +33,8 @@ class CellView(Protocol):
     cancelled: set[int]
     on_generate: Callable[[int], None] | None
     llm_gate: Callable[[], simpy.Event | None] | None
+    llm_abort: Callable[[], simpy.Event] | None
+    on_resume: Callable[[int], None] | None
     _loaded: bool
     _heads: bool
     _gen_load: float

@@ -46,7 +46,8 @@ class Request:
     """One LLM turn of trajectory ``traj``: ``context`` tokens in, ``output`` tokens out."""
 
     __slots__ = ("traj", "arrival", "context", "output", "fresh", "reusable", "reuse", "prefill_left",
-                 "decode_left", "ctx", "admitted", "first", "end", "done", "engine", "blocked")  # fmt: skip
+                 "decode_left", "ctx", "admitted", "first", "end", "done", "engine", "blocked",
+                 "aborted")  # fmt: skip
 
     def __init__(
         self, env: simpy.Environment, traj: int, context: int, output: int, reusable: int, fresh: bool
@@ -59,6 +60,12 @@ class Request:
         self.done = env.event()
         self.engine = -1
         self.blocked = False  # waited for KV-cache space or a running slot
+        self.aborted = False  # interrupted at a weight sync (the training loop's partial rollouts)
+
+    @property
+    def generated(self) -> int:
+        """Output tokens generated so far (the prefill's iteration yields the first)."""
+        return 0 if math.isnan(self.first) else self.output - self.decode_left
 
 
 class ServingEngine:
@@ -108,6 +115,35 @@ class ServingEngine:
             req.engine = -1  # an iteration in progress leaves it alone
             if not self._wake.triggered:  # freed tokens may admit a waiting request
                 self._wake.succeed()
+
+    def abort(self, req: Request) -> None:
+        """Interrupt ``req`` (a weight sync): a waiting one leaves at once, a running one at the
+        end of the iteration in progress, its tokens freed and nothing cached (the KV was
+        computed with the old weights); ``req.done`` fires with ``req.aborted`` set."""
+        req.aborted = True
+        if req in self.waiting:
+            self.waiting.remove(req)
+            req.end = self.env.now
+            req.done.succeed(req)
+        elif not self._wake.triggered:  # a run of decodes stops at the next iteration boundary
+            self._wake.succeed()
+
+    def _reap(self) -> None:
+        """After an iteration: the running requests aborted meanwhile leave."""
+        for req in [r for r in self.running if r.aborted]:
+            self._mark()
+            self.running.remove(req)
+            self.held -= req.context + req.output
+            req.end = self.env.now
+            self.tier.decode_tokens += max(req.generated - 1, 0)  # its tokens out are kept
+            self._trace()
+            req.done.succeed(req)
+
+    def clear_cache(self) -> None:
+        """Drop every idle prefix (new weights: nothing cached serves them)."""
+        self._mark()
+        self.cache.clear()
+        self.cached = 0
 
     def _trace(self) -> None:
         if self.tier.trace is not None:
@@ -212,6 +248,7 @@ class ServingEngine:
                         r.first, r.ctx, r.decode_left = env.now, r.context + 1, r.output - 1
                         if r.decode_left == 0:
                             self._finish(r)
+                self._reap()
                 continue
             # decode only: k iterations until the first decode completes, in closed form
             k = min(r.decode_left for r in decodes)
@@ -224,6 +261,7 @@ class ServingEngine:
                 done = min(_iterations_by(env.now - start, t0, slope) + 1, k)
                 yield env.timeout(max(start + _run_time(done, t0, slope) - env.now, 0.0))
             self._step(decodes, done, env.now - start)
+            self._reap()
 
     def _step(self, decodes: list[Request], n: int, seconds: float) -> None:
         """``n`` iterations lasting ``seconds`` in all: every decode gains ``n`` tokens."""
@@ -305,6 +343,17 @@ class ServingTier:
     def cancel(self, req: Request) -> None:
         if req.engine >= 0 and not req.done.triggered:
             self.engines[req.engine].cancel(req)
+
+    def abort(self, req: Request) -> None:
+        """Interrupt a request at a weight sync (:meth:`ServingEngine.abort`)."""
+        if req.engine >= 0 and not req.done.triggered and not req.aborted:
+            self.engines[req.engine].abort(req)
+
+    def clear_prefix_cache(self) -> None:
+        """New weights: every engine's cached prefixes are dropped (vLLM and SGLang reset the
+        prefix cache on a weight update), so each trajectory's next turn prefills it again."""
+        for e in self.engines:
+            e.clear_cache()
 
     # ------------------------------------------------------------ metrics
     def admitted(self, req: Request) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -26,25 +25,10 @@ from ..scenario import Training
 from .loop_body import LoopBodies
 from .records import OK
 from .trainer_time import TrainerClock
-from .training_results import CAUSES, LoopResults, StepRecord
+from .training_results import CAUSES, Group, LoopResults, StepRecord
 from .workload_draws import CHUNK
 
 _BLOCK = 1024  # prompts / trajectories per random block (the streams are keyed by block)
-
-
-@dataclass
-class Group:
-    """The ``G`` samples of one prompt: a group is ready when every member is done."""
-
-    g: int
-    members: list[int]
-    left: int
-    retries: dict[int, int] = field(default_factory=dict)  # member slot -> retries used
-    masked: list[int] = field(default_factory=list)  # failed or timed out: zero-advantage samples
-    state: str = "running"  # running -> ready -> trained, or discarded
-    cause: str = ""
-    cost: np.ndarray = field(default_factory=lambda: np.zeros(4))  # worker, sandbox, llm s; samples
-    ready_at: float = 0.0  # when its last member ended
 
 
 class TrainingLoop(LoopResults):
@@ -70,6 +54,13 @@ class TrainingLoop(LoopResults):
         self.group_of = np.full(self.n, -1, dtype=np.int64)
         cell.task_scale = np.ones(self.n)
         cell.on_generate = self._generated if tr.partial_rollouts else None
+        # partial_rollout: interrupt: requests generating at a sync stop and resume after it
+        self.abort_ev = self.env.event()
+        self.resumed = np.zeros(self.n, dtype=bool)
+        self.v_last = np.zeros(self.n, dtype=np.int32)  # the newest version a sample generated under
+        self.interrupts = 0  # requests interrupted
+        if tr.partial_rollout == "interrupt":
+            cell.llm_abort, cell.on_resume = (lambda: self.abort_ev), self._resumed
         self.groups: dict[int, Group] = {}  # every group not yet trained (discarded ones included)
         self.live: dict[int, Group] = {}  # running groups
         self.trained_groups = 0
@@ -179,18 +170,25 @@ class TrainingLoop(LoopResults):
                 cell.cancelled.discard(i)
                 continue
             self.running += 1
-            self.v0[i], self.started[i] = self.version, True
+            self.v0[i], self.v_last[i], self.started[i] = self.version, self.version, True
             row = yield from cell.trajectory(i)
             self.running -= 1
             cell.cancelled.discard(i)
             if self.trace is not None:  # the span the cell just recorded
                 self.trace[-1][5].update(group=int(self.group_of[i]), version=int(self.v0[i]))
+                if self.resumed[i]:
+                    self.trace[-1][5].update(resumed_version=int(self.v_last[i]))
             self._done(i, row)
             cell._done += 1
             if cell.progress is not None and cell._done % 4096 == 0:
                 cell.progress(4096)
             if self.tr.mode == "async":
                 self._top_up()
+
+    def _resumed(self, i: int) -> None:
+        """Trajectory ``i``'s interrupted turn resumes under the current version."""
+        self.resumed[i], self.v_last[i] = True, self.version
+        self.interrupts += 1
 
     def _generated(self, i: int) -> None:
         self.gen_steps[0 if self.version == self.v0[i] else 1] += 1
@@ -358,6 +356,11 @@ class TrainingLoop(LoopResults):
                 yield self.changed
         if self.gate is None and tr.pause_engines_on_sync:  # disaggregated: the engines load the weights
             self._close()
+        if tr.partial_rollout == "interrupt":  # requests still generating stop; cached KV is stale
+            ev, self.abort_ev = self.abort_ev, env.event()
+            ev.succeed()
+            if hasattr(self.cell.tier, "clear_prefix_cache"):
+                self.cell.tier.clear_prefix_cache()
         yield env.timeout(sync)
         self.version += 1
         if self.gate is None and self.bodies is not None:  # the bodies count steps under the new version

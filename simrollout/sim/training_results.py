@@ -4,11 +4,26 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 CAUSES = ("over_sampling", "filter", "staleness", "failures", "weight_update", "end")
+
+
+@dataclass
+class Group:
+    """The ``G`` samples of one prompt: a group is ready when every member is done."""
+
+    g: int
+    members: list[int]
+    left: int
+    retries: dict[int, int] = field(default_factory=dict)  # member slot -> retries used
+    masked: list[int] = field(default_factory=list)  # failed or timed out: zero-advantage samples
+    state: str = "running"  # running -> ready -> trained, or discarded
+    cause: str = ""
+    cost: np.ndarray = field(default_factory=lambda: np.zeros(4))  # worker, sandbox, llm s; samples
+    ready_at: float = 0.0  # when its last member ended
 
 
 @dataclass
@@ -113,6 +128,8 @@ class LoopResults:
             "trained_samples": samples,
             "stale_samples_trained": int(col("stale_samples").sum()) if done else 0,
             "partial_samples_trained": int(col("partial_samples").sum()) if done else 0,
+            "resumed_samples_trained": int(self.resumed[np.asarray(self.trained_members, dtype=int)].sum()),
+            "interrupted_requests": self.interrupts,
             "truncated_samples": self.truncated(np.asarray(self.trained_members, dtype=np.int64)),
             "masked_samples": masked,
             "useful_trajectories_per_hour": (samples - masked) / T * 3600 if done else nan,

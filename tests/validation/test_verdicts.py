@@ -67,3 +67,21 @@ def test_run_with_a_forced_unbacked_fidelity_warns_in_the_run_the_title_and_summ
     r = cli("run", p, "-o", tmp_path / "auto", "--no-records", "--jobs", "1")  # auto: no warning
     assert r.returncode == 0 and "warning:" not in r.stderr and "WARNING" not in r.stdout
     assert json.loads((tmp_path / "auto" / "summary.json").read_text())["fidelity_warning"] is None
+
+
+def test_an_interrupting_loop_runs_on_the_step_engine_and_forcing_trajectory_is_refused():
+    from simrollout.errors import InputError
+    from simrollout.validation.verdicts import training_route
+    from tests.sim.test_training import scenario
+
+    tr = {
+        "placement": "disaggregated",
+        "trainer": {"gpus": 1},
+        "mode": "async",
+        "partial_rollout": "interrupt",
+    }
+    engine, why = training_route(scenario(tr), 1e6)
+    assert engine == "step" and "partial_rollout 'interrupt'" in why
+    assert training_route(scenario({**tr, "partial_rollout": "finish"}), 1e6)[0] == "trajectory"
+    with pytest.raises(InputError, match="partial_rollout 'interrupt'"):
+        scenario(tr, fidelity="trajectory")
