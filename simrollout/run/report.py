@@ -169,7 +169,7 @@ def print_table(result: RunResult, console: Console | None = None) -> None:
         tr = scn.training
         title = loop_title(tr)
         cols = [c for c in TRAINING if not (scn.sandboxless and c[0] in SANDBOX_COLUMNS)]
-        if tr.partial_rollout == "interrupt":
+        if tr.at_sync == "interrupt":
             cols.append(("resumed_samples_trained", "resumed", "{:,d}"))
         if scn.workload.tokens is not None and scn.workload.tokens.max_tokens:
             cols.append(("truncated_samples", "truncated", "{:,d}"))
@@ -269,5 +269,5 @@ def loop_title(tr) -> str:
     return (
         f"training loop: {tr.mode}, {tr.prompts_per_step} prompts x {tr.samples_per_prompt} samples, "
         f"{tr.steps:,} steps, {tr.placement}{bound}"
-        + (", requests interrupted at a sync" if tr.partial_rollout == "interrupt" else "")
+        + (", requests interrupted at a sync" if tr.at_sync == "interrupt" else "")
     )

@@ -188,9 +188,9 @@ class Scenario(_Model):
                 "fidelity 'trajectory' is not available with training on a token workload: the loop "
                 "runs serving engines on the step engine (the fidelity matrix has no such rows)"
             )
-        if self.fidelity == "trajectory" and tr.partial_rollout == "interrupt":
+        if self.fidelity == "trajectory" and tr.at_sync == "interrupt":
             raise ValueError(
-                "fidelity 'trajectory' is not available with training.partial_rollout 'interrupt': "
+                "fidelity 'trajectory' is not available with training.at_sync 'interrupt': "
                 "the trajectory engine runs a turn to its end; use fidelity: auto or step"
             )
         return self

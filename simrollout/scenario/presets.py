@@ -16,7 +16,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "partial_rollouts": True,  # async_training.partial_rollout: True
         # partial_rollout: "sleep() and resume()" save the ongoing rollouts' samples at a parameter
         # sync and continue them in the next rollout (not waiting for ongoing tasks)
-        "partial_rollout": "interrupt",
+        "at_sync": "interrupt",
         "sync_every": 1,  # trigger_parameter_sync_step x require_batches x mini = batch
     },
     # AReaL docs, algorithms/async.html ("Off-Policyness Control", partial rollouts)
@@ -25,7 +25,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "placement": "disaggregated",  # "overlapped ... on disaggregated GPUs"
         "max_staleness": 4,  # rollout.max_head_offpolicyness: 4
         "partial_rollouts": True,  # "a single trajectory can be segmented across multiple policy versions"
-        "partial_rollout": "interrupt",  # partial rollouts: generation interrupted at a weight update
+        "at_sync": "interrupt",  # partial rollouts: generation interrupted at a weight update
     },
     # slime train_async.py: "Colocation is not supported for async training"; the next rollout
     # is generated while the current one trains
@@ -40,7 +40,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # trainer.fully_async.max_staleness_steps: 4 (a group scheduled at step i trains at j <= i + 4)
         "max_staleness": 4,
         "stale_samples": "keep",  # the bound holds at admission; no group is dropped for staleness
-        "partial_rollout": "interrupt",  # in-flight weight update: generation aborted, resumed
+        "at_sync": "interrupt",  # in-flight weight update: generation aborted, resumed
     },
 }
 
@@ -67,7 +67,7 @@ def apply_preset(data: Any) -> Any:
     base = dict(PRESETS[name])
     keeps = user.get("partial_rollouts", True) and user.get("pause_engines_on_sync", True)
     if not keeps or user.get("placement", "disaggregated") != "disaggregated":
-        base.pop("partial_rollout", None)  # the user's loop cannot interrupt requests
+        base.pop("at_sync", None)  # the user's loop cannot interrupt requests
     for a, b in _EXCLUSIVE:
         for mine, theirs in ((a, b), (b, a)):
             if mine in user:

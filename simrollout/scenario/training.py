@@ -79,7 +79,7 @@ class Training(_Model):
     partial_rollouts: bool = True  # on a weight update, in-flight trajectories go on (else discarded)
     # at a weight sync, LLM requests still generating finish under the old weights, or are
     # interrupted and resumed under the new ones (verl partial_rollout, AReaL, SkyRL)
-    partial_rollout: Literal["finish", "interrupt"] = "finish"
+    at_sync: Literal["finish", "interrupt"] = "finish"
     sync_every: PositiveInt = 1  # training steps per weight sync (verl's trigger_parameter_sync_step)
     mini_batch: PositiveInt | None = None  # groups per streamed update (default: the step's B)
     model: ModelSize | None = None
@@ -145,7 +145,7 @@ class Training(_Model):
                 "sync_every and mini_batch apply to modes sync and async; one_step_off trains each "
                 "step's batch whole and syncs after it"
             )
-        if self.partial_rollout == "interrupt":
+        if self.at_sync == "interrupt":
             self._interruptible()
         if self.staleness_fraction is not None:
             if self.mode != "async":
@@ -158,7 +158,7 @@ class Training(_Model):
         return self
 
     def _interruptible(self) -> None:
-        """``partial_rollout: interrupt`` needs engines apart from the trainer that pause to load
+        """``at_sync: interrupt`` needs engines apart from the trainer that pause to load
         the weights, and trajectories that go on across a sync."""
         why = None
         if self.placement != "disaggregated":
@@ -169,8 +169,8 @@ class Training(_Model):
             why = "partial_rollouts: true (with false, in-flight trajectories are discarded at a sync)"
         if why:
             raise ValueError(
-                f"partial_rollout 'interrupt' (requests generating at a weight sync are interrupted "
-                f"and resumed under the new weights) needs {why}; use partial_rollout: finish or "
+                f"at_sync 'interrupt' (requests generating at a weight sync are interrupted "
+                f"and resumed under the new weights) needs {why}; use at_sync: finish or "
                 "change that field"
             )
 

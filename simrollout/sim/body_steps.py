@@ -86,7 +86,7 @@ class StepBody:
             req = tier.request(i, c, o, reusable, fresh)
             abort = self.llm_abort() if self.llm_abort is not None else None
             ok = yield from await_event(env, req.done if abort is None else req.done | abort, deadline)
-            if ok and not req.done.triggered:  # a weight sync interrupts it (partial_rollout)
+            if ok and not req.done.triggered:  # a weight sync interrupts it (at_sync)
                 tier.abort(req)
                 ok = yield from await_event(env, req.done, deadline)
             if not ok:

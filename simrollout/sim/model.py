@@ -88,7 +88,7 @@ class Cell(ChunkRows, SandboxLifecycle, StepBody, TrajectoryBody, Segments, Body
         self.task_scale: np.ndarray | None = None
         self.llm_gate: Callable[[], simpy.Event | None] | None = None
         self.on_generate: Callable[[int], None] | None = None
-        # partial_rollout: interrupt: an event that fires at a weight sync, and a call per resume
+        # at_sync: interrupt: an event that fires at a weight sync, and a call per resume
         self.llm_abort: Callable[[], simpy.Event] | None = None
         self.on_resume: Callable[[int], None] | None = None
         self.steady: Steady | None = None  # the steady state as one wait per trajectory

@@ -54,12 +54,12 @@ class TrainingLoop(LoopResults):
         self.group_of = np.full(self.n, -1, dtype=np.int64)
         cell.task_scale = np.ones(self.n)
         cell.on_generate = self._generated if tr.partial_rollouts else None
-        # partial_rollout: interrupt: requests generating at a sync stop and resume after it
+        # at_sync: interrupt: requests generating at a sync stop and resume after it
         self.abort_ev = self.env.event()
         self.resumed = np.zeros(self.n, dtype=bool)
         self.v_last = np.zeros(self.n, dtype=np.int32)  # the newest version a sample generated under
         self.interrupts = 0  # requests interrupted
-        if tr.partial_rollout == "interrupt":
+        if tr.at_sync == "interrupt":
             cell.llm_abort, cell.on_resume = (lambda: self.abort_ev), self._resumed
         self.groups: dict[int, Group] = {}  # every group not yet trained (discarded ones included)
         self.live: dict[int, Group] = {}  # running groups
@@ -356,7 +356,7 @@ class TrainingLoop(LoopResults):
                 yield self.changed
         if self.gate is None and tr.pause_engines_on_sync:  # disaggregated: the engines load the weights
             self._close()
-        if tr.partial_rollout == "interrupt":  # requests still generating stop; cached KV is stale
+        if tr.at_sync == "interrupt":  # requests still generating stop; cached KV is stale
             ev, self.abort_ev = self.abort_ev, env.event()
             ev.succeed()
             if hasattr(self.cell.tier, "clear_prefix_cache"):

@@ -165,8 +165,8 @@ def _missing(scn: Scenario) -> str | None:
         return "serving engines (a token workload)"
     if tr.mode != "sync" and (tr.over_sampling or tr.dynamic_sampling is not None):
         return f"over-sampling or dynamic sampling in mode '{tr.mode}'"
-    if tr.partial_rollout == "interrupt":  # the trajectory engine's bodies run a turn to its end
-        return "partial_rollout 'interrupt' (turns interrupted at a weight sync)"
+    if tr.at_sync == "interrupt":  # the trajectory engine's bodies run a turn to its end
+        return "at_sync 'interrupt' (turns interrupted at a weight sync)"
     if tr.mode == "one_step_off" and not tr.partial_rollouts:
         return "one_step_off without partial rollouts"
     if tr.on_failure != "mask":

@@ -15,5 +15,5 @@ def test_the_title_shows_the_bound_in_versions_or_as_a_fraction():
     title = loop_title(scenario({**ASYNC, "staleness_fraction": 0.3}).training)
     assert title.endswith("staleness fraction 0.3") and "max staleness" not in title
     assert "staleness" not in loop_title(scenario({}).training)
-    title = loop_title(scenario({**ASYNC, "partial_rollout": "interrupt"}).training)
+    title = loop_title(scenario({**ASYNC, "at_sync": "interrupt"}).training)
     assert title.endswith("max staleness 1, requests interrupted at a sync")

@@ -33,11 +33,11 @@ def test_verl_preset_known_answer():
 def test_user_fields_override_the_preset():
     tr = scenario({"preset": "areal", "max_staleness": 1, "partial_rollouts": False, **TRAINER}).training
     assert tr.max_staleness == 1 and not tr.partial_rollouts and tr.mode == "async"
-    assert tr.partial_rollout == "finish"  # no trajectory crosses a sync: nothing to interrupt
+    assert tr.at_sync == "finish"  # no trajectory crosses a sync: nothing to interrupt
     tr = scenario({"preset": "skyrl", "pause_engines_on_sync": False, **TRAINER}).training
-    assert tr.partial_rollout == "finish"
-    tr = scenario({"preset": "skyrl", "partial_rollout": "finish", **TRAINER}).training
-    assert tr.partial_rollout == "finish" and tr.max_staleness == 4
+    assert tr.at_sync == "finish"
+    tr = scenario({"preset": "skyrl", "at_sync": "finish", **TRAINER}).training
+    assert tr.at_sync == "finish" and tr.max_staleness == 4
     # the other form of the bound replaces the preset's
     tr = scenario({"preset": "verl-fully-async", "max_staleness": 2, **TRAINER}).training
     assert tr.staleness_fraction is None and tr.stale_versions == 2
@@ -53,7 +53,7 @@ def test_an_unknown_preset_is_refused_naming_the_presets():
 def test_the_interrupting_frameworks_presets_interrupt():
     # verl's partial_rollout (sleep and resume at a sync), AReaL's partial rollouts, SkyRL's
     # in-flight weight update; slime's one-step-off and prime-rl let running requests finish
-    got = {n: scenario({"preset": n, **TRAINER}).training.partial_rollout for n in sorted(PRESETS)}
+    got = {n: scenario({"preset": n, **TRAINER}).training.at_sync for n in sorted(PRESETS)}
     assert got == {"areal": "interrupt", "prime-rl": "finish", "skyrl": "interrupt",
                    "slime-async": "finish", "verl-fully-async": "interrupt"}  # fmt: skip
     tr = scenario({"preset": "skyrl", **TRAINER}).training

@@ -26,7 +26,7 @@ def _scenario(partial: str) -> dict:
         "cluster": {"concurrency": 1, "inference": {"engines": 1, "engine": ENGINE}},
         "training": {"prompts_per_step": 1, "samples_per_prompt": 1, "steps": 3,
                      "mode": "one_step_off", "placement": "disaggregated", "trainer": {"gpus": 1},
-                     "train_time": 0.505, "weight_sync_time": 0.2, "partial_rollout": partial},
+                     "train_time": 0.505, "weight_sync_time": 0.2, "at_sync": partial},
     }  # fmt: skip
 
 
@@ -75,8 +75,8 @@ def test_interrupt_of_a_turn_in_seconds_resumes_its_rest():
     # test_training's CONST: 5 turns of 2 s each (plus 0.1 s of tool call and 1 s of tool), async
     # with a long train time; a sync cuts every turn in progress and its rest waits for the weights
     tr = {"placement": "disaggregated", "trainer": {"gpus": 1}, "mode": "async", "steps": 4}
-    fin, _ = _loop_time({**tr, "partial_rollout": "finish"})
-    cut, _ = _loop_time({**tr, "partial_rollout": "interrupt"})
+    fin, _ = _loop_time({**tr, "at_sync": "finish"})
+    cut, _ = _loop_time({**tr, "at_sync": "interrupt"})
     assert cut.interrupts > 0 and fin.interrupts == 0
     assert cut.step_table()[-1]["end_s"] > fin.step_table()[-1]["end_s"]
 
@@ -98,11 +98,11 @@ def _loop_time(training: dict):
     ],
 )  # fmt: skip
 def test_interrupt_is_refused_where_it_cannot_apply(training, needs):
-    with pytest.raises(InputError, match=f"partial_rollout 'interrupt'.*needs {needs}") as e:
-        scenario({**training, "partial_rollout": "interrupt"})
+    with pytest.raises(InputError, match=f"at_sync 'interrupt'.*needs {needs}") as e:
+        scenario({**training, "at_sync": "interrupt"})
     assert "field 'training'" in str(e.value) and "\n" not in str(e.value)  # one paragraph
 
 
 def test_unknown_partial_rollout_names_the_choices():
-    with pytest.raises(InputError, match="partial_rollout.*'finish' or 'interrupt'"):
-        scenario({"partial_rollout": "abort"})
+    with pytest.raises(InputError, match="at_sync.*'finish' or 'interrupt'"):
+        scenario({"at_sync": "abort"})

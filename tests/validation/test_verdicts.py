@@ -78,10 +78,10 @@ def test_an_interrupting_loop_runs_on_the_step_engine_and_forcing_trajectory_is_
         "placement": "disaggregated",
         "trainer": {"gpus": 1},
         "mode": "async",
-        "partial_rollout": "interrupt",
+        "at_sync": "interrupt",
     }
     engine, why = training_route(scenario(tr), 1e6)
-    assert engine == "step" and "partial_rollout 'interrupt'" in why
-    assert training_route(scenario({**tr, "partial_rollout": "finish"}), 1e6)[0] == "trajectory"
-    with pytest.raises(InputError, match="partial_rollout 'interrupt'"):
+    assert engine == "step" and "at_sync 'interrupt'" in why
+    assert training_route(scenario({**tr, "at_sync": "finish"}), 1e6)[0] == "trajectory"
+    with pytest.raises(InputError, match="at_sync 'interrupt'"):
         scenario(tr, fidelity="trajectory")
