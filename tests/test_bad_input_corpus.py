@@ -77,7 +77,11 @@ NEW = {
         RUN,
         ["workload.tools.shell.weight"],
     ),
-    "no tools": (m(**{"workload.tools": {}}), RUN, ["workload.tools"]),
+    "calls but no tools": (
+        m(**{"workload.tools": {}, "workload.calls_per_step": 2}),
+        RUN,
+        ["calls_per_step", "tools"],
+    ),
     "unknown distribution kind": (
         m(**{"workload.llm_time": {"kind": "normal", "mean": 1}}),
         RUN,

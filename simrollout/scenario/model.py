@@ -68,12 +68,30 @@ class Scenario(_Model):
             raise ValueError(f"substrate names must be unique, got {names}")
         return v
 
+    def compiled_gaps(self) -> str | None:
+        """What in this scenario the compiled engine (:mod:`simrollout.sim.compiled`) does not
+        cover (the first thing found), else None."""
+        pol, inf = self.policy, self.cluster.inference
+        checks = (
+            (self.training is not None, "a training loop"),
+            (pol.warm_pool > 0, "a warm pool"),
+            (pol.reuse, "sandbox reuse"),
+            (self.workload.images is not None, "task images"),
+            (
+                any(s.contention.shared or s.contention.creates == "in_order" for s in self.substrates),
+                "shared creates and teardowns",
+            ),  # fmt: skip
+            (
+                inf is not None and bool(inf.slowdown) and self.workload.tokens is None,
+                "a loaded inference tier",
+            ),
+        )
+        return next((why for hit, why in checks if hit), None)
+
     @model_validator(mode="after")
     def _compiled_covers(self):
         if self.fidelity == "compiled":
-            from ..sim.compiled import gaps
-
-            why = gaps(self)
+            why = self.compiled_gaps()
             if why is not None:
                 raise ValueError(
                     f"fidelity 'compiled' does not cover {why} (docs/performance.md, the compiled "

@@ -2,7 +2,7 @@
 (:mod:`.compiled_loop`), on the same pre-drawn inputs as the trajectory engine (the cell's chunks,
 the serving pilot's luck) and into the same records, metrics and engine busy time.
 
-What it covers (:func:`gaps`): async batches, Poisson arrivals and sync barriers; hosts with
+What it covers (``Scenario.compiled_gaps``): async batches, Poisson arrivals and sync barriers; hosts with
 contention curves (``base x m(load at its start)``), operations weighed by phase, contention per
 host, service or client; quotas and create-rate limits; failures, retries and timeouts; serving
 engines through a pilot. Warm pools, task images, sandbox reuse, shared creates and teardowns,
@@ -20,30 +20,13 @@ import numba
 import numpy as np
 
 from ..rng import stream
-from ..scenario import Scenario, Substrate
+from ..scenario import Substrate
 from . import compiled_loop as L
 from .compiled_ops import curve_params, rate_params
 from .records import Records
 from .workload_draws import CHUNK
 
 COMPILE = {"seconds": None}  # the first run's compile (or cache load) time in this process
-
-
-def gaps(scn: Scenario) -> str | None:
-    """What in ``scn`` the compiled engine does not cover (the first thing found), else None."""
-    pol, inf = scn.policy, scn.cluster.inference
-    checks = (
-        (scn.training is not None, "a training loop"),
-        (pol.warm_pool > 0, "a warm pool"),
-        (pol.reuse, "sandbox reuse"),
-        (scn.workload.images is not None, "task images"),
-        (
-            any(s.contention.shared or s.contention.creates == "in_order" for s in scn.substrates),
-            "shared creates and teardowns",
-        ),  # fmt: skip
-        (inf is not None and bool(inf.slowdown) and scn.workload.tokens is None, "a loaded inference tier"),
-    )
-    return next((why for hit, why in checks if hit), None)
 
 
 def _params(cell) -> dict:

@@ -195,14 +195,12 @@ def training_rows() -> list[Row]:
 
 
 def compiled_rows() -> list[Row]:
-    """The matrix's rows the compiled engine covers (:func:`simrollout.sim.compiled.gaps`): compared
+    """The matrix's rows the compiled engine covers (``Scenario.compiled_gaps``): compared
     with the step engine by ``compare(row, fast="compiled")``."""
-    from ..sim.compiled import gaps
-
     out = []
     for row in matrix():
         d = build(row, row.trajectories or 1000, 20, 256)
-        if gaps(scenario_from_dict(d)) is None:
+        if scenario_from_dict(d).compiled_gaps() is None:
             out.append(row)
     return out
 

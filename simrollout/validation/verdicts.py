@@ -72,9 +72,7 @@ COMPILED_OUTSIDE: dict[str, dict[str, float]] = {}
 def compiled_route(scn: Scenario) -> str | None:
     """Why ``auto`` may run ``scn`` on the compiled engine (it covers the scenario and the
     matrix's compiled rows of its policy and load hold), else None."""
-    from ..sim.compiled import gaps
-
-    if gaps(scn) is not None:
+    if scn.compiled_gaps() is not None:
         return None
     policy, load, extras = row_of(scn)
     for name in COMPILED_OUTSIDE:

@@ -10,7 +10,6 @@ from simrollout.errors import InputError
 from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
 from simrollout.scenario.substrate import slowdown
-from simrollout.sim.compiled import gaps
 from simrollout.sim.compiled_ops import curve_params, factor
 from simrollout.validation.fidelity import Row, build, compare
 from simrollout.validation.verdicts import TOLERANCE, fidelity_choice
@@ -74,7 +73,7 @@ def test_contention_curve_as_python_computes_it(spec):
 
 def test_forced_compiled_on_a_warm_pool_is_a_clear_error():
     d = build(Row("async", "none", "warm_pool"), 500, 10, 64)
-    assert gaps(scenario_from_dict(d)) == "a warm pool"
+    assert scenario_from_dict(d).compiled_gaps() == "a warm pool"
     with pytest.raises(InputError, match="does not cover a warm pool"):
         scenario_from_dict({**d, "fidelity": "compiled"})
 
