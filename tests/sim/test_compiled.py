@@ -21,6 +21,7 @@ def _run(d: dict, fid: str, keep: bool = False):
     return run_scenario(scn, jobs=1, keep_records=keep)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "row",
     [

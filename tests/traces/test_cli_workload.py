@@ -58,6 +58,7 @@ def test_bad_trace_exit_2_nothing_written(traces, tmp_path):
     assert r.returncode == 2 and "'nosuch': expected tracelab, atif, verifiers" in r.stderr
 
 
+@pytest.mark.slow
 def test_real_files_import_quietly_with_tool_latency(tmp_path):
     """SWE-agent (no tokens to plot: no empty legend) and verifiers' per-rollout layout; nothing
     on stderr, and --tool-latency recorded in the provenance and used."""
