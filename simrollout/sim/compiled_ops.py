@@ -5,12 +5,11 @@ and :class:`simrollout.sim.substrate_draws.ChunkDetail`."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit
 
 from ..distributions.contention import Curve
+from . import substrate_draws
 
 TABLE = 8  # parameters per curve: kind, slope or c, b, p, hi, y_hi, scale, table offset
 
@@ -67,15 +66,8 @@ def fail_rate(xs, ys, n):
     return np.interp(n, xs, ys)  # one point: a constant
 
 
-@njit(cache=True)
-def first_failure(u, p, calls):
-    """1-based index of the first failing call (0: none), as substrate_draws.first_failure."""
-    if p <= 0.0:
-        return 0
-    if p >= 1.0:
-        return 1 if calls else 0
-    k = math.floor(math.log1p(-u) / math.log1p(-p)) + 1
-    return k if k <= calls else 0
+# the first failing call, compiled from the one definition the Python engines use
+first_failure = njit(cache=True)(substrate_draws.first_failure)
 
 
 @njit(cache=True)

@@ -12,6 +12,7 @@ engine term. ``band_dominant`` says which part is the wider on most of the row's
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -42,13 +43,12 @@ def _kind(scn: Scenario, i: int) -> str | None:
     sub = scn.substrates[i]
     if sub.profile is None:
         return None
-    prof = load_profile(_resolve(sub.profile, _source(scn)))
+    prof = load_profile(_resolve(sub.profile, source_path(scn)))
     return (prof.provenance or {}).get("backend")
 
 
-def _source(scn: Scenario):
-    from pathlib import Path
-
+def source_path(scn: Scenario) -> Path:
+    """The scenario's file (its profiles' paths resolve against it)."""
     return Path(scn._source)
 
 

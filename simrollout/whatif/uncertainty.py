@@ -31,7 +31,7 @@ from ..scenario import Scenario, Substrate, load_profile
 from ..scenario.base import merge
 from ..scenario.files import _resolve
 from ..validation.verdicts import resolved_fidelity
-from .model_band import widen
+from .model_band import source_path, widen
 from .sweeps import base_dict, set_path
 
 BANDED = ("worker_hours", "makespan_hours", "duration_p50", "duration_p99", "completed_duration_p50",
@@ -75,7 +75,7 @@ def refits_of(scn: Scenario) -> list[tuple[str, list[dict] | None]]:
         if sub.profile is None:
             out.append((f"{PUBLIC} (the scenario's own numbers)", None))
             continue
-        prof = load_profile(_resolve(sub.profile, _source_path(scn)))
+        prof = load_profile(_resolve(sub.profile, source_path(scn)))
         unc = getattr(prof, "uncertainty", None) or {}
         subs = unc.get("substrates") or []
         if not subs:
@@ -110,7 +110,7 @@ def engine_refits(scn: Scenario) -> tuple[str, list[dict] | None]:
     if inf.profile is None:
         return "engine: none (the scenario's own numbers)", None
     where = "cluster.inference.profile"
-    prof = load_engine_profile(_resolve(inf.profile, _source_path(scn), "engine", where))
+    prof = load_engine_profile(_resolve(inf.profile, source_path(scn), "engine", where))
     unc = getattr(prof, "uncertainty", None) or {}
     engines = unc.get("engines") or []
     if not engines:
@@ -153,12 +153,6 @@ def _with_refit(d: dict, i: int, sub: dict | None, engine: dict | None) -> dict:
     if engine is not None:
         d["cluster"]["inference"]["engine"] = engine
     return d
-
-
-def _source_path(scn: Scenario):
-    from pathlib import Path
-
-    return Path(scn._source)
 
 
 def _size(scn: Scenario, refits: int) -> int | None:

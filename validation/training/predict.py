@@ -30,6 +30,12 @@ WARMUP = 2  # steps left out of the mean (the pipeline filling)
 STEPS = 8
 
 
+def _workload(fit: dict) -> dict:
+    """One LLM turn a sample, no tools: its time lognormal as fitted on the sync rows."""
+    llm = {"kind": "lognormal", "median": round(fit["median_s"], 4), "sigma": round(fit["sigma"], 4)}
+    return {"steps": 1, "calls_per_step": 0, "llm_time": llm}
+
+
 def _lognormal_through(mean: float, top: float) -> tuple[float, float]:
     """Median and sigma of a lognormal with ``mean`` whose 1-in-8192 quantile is ``top``:
     ln(top / mean) = Z sigma - sigma^2 / 2 (the smaller root)."""
@@ -99,15 +105,7 @@ def verl_scenario(row: pd.Series, fit: dict) -> dict:
         "version": 1,
         "name": f"verl-{row['row']}",
         "seed": 2026,
-        "workload": {
-            "steps": 1,
-            "calls_per_step": 0,
-            "llm_time": {
-                "kind": "lognormal",
-                "median": round(fit["median_s"], 4),
-                "sigma": round(fit["sigma"], 4),
-            },
-        },
+        "workload": _workload(fit),
         "cluster": {
             "concurrency": VERL["max_num_seqs"] * engines,
             "inference": {"engines": engines, "slowdown": round(fit["slowdown"], 6)},
@@ -172,15 +170,7 @@ def areal_scenario(row: pd.Series, fit: dict) -> dict:
         "version": 1,
         "name": f"areal-{row['row']}",
         "seed": 2026,
-        "workload": {
-            "steps": 1,
-            "calls_per_step": 0,
-            "llm_time": {
-                "kind": "lognormal",
-                "median": round(fit["median_s"], 4),
-                "sigma": round(fit["sigma"], 4),
-            },
-        },
+        "workload": _workload(fit),
         "cluster": {
             "concurrency": SAMPLES,
             "inference": {"engines": engines},
