@@ -8,7 +8,7 @@ from numba import njit
 J_SEQ, J_HSIZE = 1, 2  # in the loop's integer globals (compiled_loop.J_*)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def push(ht, hs, hw, hk, GI, t, w, k):
     """Schedule worker ``w``'s state ``k`` at ``t`` (ties in the order scheduled)."""
     n = GI[J_HSIZE]
@@ -24,7 +24,7 @@ def push(ht, hs, hw, hk, GI, t, w, k):
     ht[n], hs[n], hw[n], hk[n] = t, seq, w, k
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def pop(ht, hs, hw, hk, GI):
     """The earliest event: ``(time, worker, state)``."""
     t, w, k = ht[0], hw[0], hk[0]

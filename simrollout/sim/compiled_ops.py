@@ -42,7 +42,7 @@ def rate_params(spec) -> tuple[np.ndarray, np.ndarray]:
     return np.array(xs), np.array(ys)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def factor(par, tab, size, n):
     """The multiplier of a phase at ``n`` operations in flight."""
     if par[0] == 0.0:
@@ -61,16 +61,27 @@ def factor(par, tab, size, n):
     return tab[off + size - 1]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def fail_rate(xs, ys, n):
-    return np.interp(n, xs, ys)  # one point: a constant
+    """``np.interp(n, xs, ys)`` without an allocation (one point: a constant)."""
+    last = xs.size - 1
+    if n <= xs[0]:
+        return ys[0]
+    if n >= xs[last]:
+        return ys[last]
+    j = 0
+    while xs[j + 1] <= n:
+        j += 1
+    if xs[j] == n:
+        return ys[j]
+    return (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]) * (n - xs[j]) + ys[j]
 
 
 # the first failing call, compiled from the one definition the Python engines use
-first_failure = njit(cache=True)(substrate_draws.first_failure)
+first_failure = njit(cache=True, _nrt=False)(substrate_draws.first_failure)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def first_call(snc, s0, s):
     """Calls before step ``s`` of a detail starting at ``s0``."""
     c = 0
@@ -79,7 +90,7 @@ def first_call(snc, s0, s):
     return c
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def sums(sg, snc, co, ct, s0, c0, a, b, luck):
     """Generation (x luck), exec overhead and tool time of steps ``a <= s < b``."""
     g = 0.0
@@ -94,7 +105,7 @@ def sums(sg, snc, co, ct, s0, c0, a, b, luck):
     return g * luck, o, t
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def lost_at(sg, snc, co, ct, s0, ns, c0, call, luck):
     """Where losing the sandbox at ``call`` (1-based) stops: whole steps, and the partial step's
     generation, overhead and tool time."""
@@ -112,7 +123,7 @@ def lost_at(sg, snc, co, ct, s0, ns, c0, call, luck):
     return s, g * luck, o, t
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def cut(sg, snc, co, ct, s0, c0, a, b, x_l, x_e, left, skip):
     """Steps ``a <= s < b`` at these multipliers stopped after ``left`` seconds: steps completed,
     generation and exec overhead spent (ChunkDetail.cut)."""

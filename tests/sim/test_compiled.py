@@ -87,3 +87,15 @@ def test_auto_routes_to_the_compiled_engine_only_where_it_covers():
     assert fidelity_choice(scenario_from_dict({**pool, "fidelity": "auto"}))[0] == "trajectory"
     tier = build(Row("async", "tier"), 1_000_000, 30, 256)
     assert fidelity_choice(scenario_from_dict({**tier, "fidelity": "auto"}))[0] == "trajectory"
+
+
+def test_fail_rate_is_numpys_interp_to_the_bit():
+    """The loop's allocation-free interpolation of a failure rate by operations in flight."""
+    from simrollout.sim.compiled_ops import fail_rate
+
+    rng = np.random.default_rng(7)
+    xs = np.array([1.0, 4.0, 16.0, 64.0])
+    ys = np.array([0.001, 0.004, 0.02, 0.1])
+    for n in [*xs, 0.0, 0.5, 100.0, *rng.uniform(0, 80, 500)]:
+        assert fail_rate(xs, ys, n) == np.interp(n, xs, ys)
+    assert fail_rate(np.array([1.0]), np.array([0.03]), 7.0) == 0.03  # a constant rate
