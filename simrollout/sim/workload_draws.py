@@ -16,7 +16,7 @@ from functools import partial
 
 import numpy as np
 
-from ..distributions import Component, Mixture
+from ..distributions import Component, Constant, Mixture
 from ..rng import stream
 from ..scenario import Scenario, Substrate, Tool
 from ..validation.verdicts import resolved_fidelity
@@ -65,6 +65,8 @@ def tool_mixture(scn: Scenario) -> Mixture:
 
 
 def _counts(d, rng, n, lo: int) -> np.ndarray:
+    if isinstance(d, Constant):  # draws nothing: the same numbers without 3 passes over n
+        return np.full(n, max(int(np.rint(d.value)), lo), dtype=np.int64)
     return np.maximum(np.rint(d.sample(rng, n)).astype(np.int64), lo)
 
 
@@ -190,29 +192,18 @@ def unloaded_turns(
     """Seconds of every turn alone on an engine with its prefix cached: the per-request
     overhead, the prefill of what was appended (of the whole context on the first turn and after
     a compaction) in chunks of ``max_batch_tokens``, and the decodes at the growing context. The
-    context evolves as in the step engine (``Cell._turn``). Vectorized over trajectories, one
-    pass per turn index."""
+    context evolves as in the step engine (``Cell._turn``): :mod:`.turn_contexts`."""
+    from .turn_contexts import contexts
+
     it = engine.iteration
-    off = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
-    append, output = tok["step_append"], tok["step_output"]
-    out_t = np.empty(len(append))
-    ctx = np.zeros(len(steps), dtype=np.int64)  # context after the previous turn (0: none yet)
-    for k in range(int(steps.max(initial=0))):
-        live = np.flatnonzero(steps > k)
-        at = off[live] + k
-        a, o, prev = append[at], output[at], ctx[live]
-        top = np.minimum(max_context or np.iinfo(np.int64).max, engine.kv_capacity_tokens - o)
-        restart = np.minimum(tok["prompt"][live] + a, top)
-        grow = (prev > 0) & (prev + a <= top)
-        c = np.where(grow, prev + a, restart)
-        prefill = np.where(grow, np.maximum(c - prev, 1), np.maximum(c, 1))  # all but the cached prefix
-        chunks = -(-prefill // engine.max_batch_tokens)
-        d = o - 1
-        out_t[at] = (engine.overhead + chunks * it.base + it.prefill_seconds(prefill, c - prefill)
-                     + d * (it.base + it.per_decode + it.per_context_token * c)
-                     + it.per_context_token * d * (d + 1) / 2)  # fmt: skip
-        ctx[live] = c + o
-    return out_t
+    o = np.asarray(tok["step_output"], dtype=np.int64)
+    c, prefill = contexts(steps, tok["prompt"], tok["step_append"], o,
+                          max_context or np.iinfo(np.int64).max, engine.kv_capacity_tokens)  # fmt: skip
+    chunks = -(-prefill // engine.max_batch_tokens)
+    d = o - 1
+    return (engine.overhead + chunks * it.base + it.prefill_seconds(prefill, c - prefill)
+            + d * (it.base + it.per_decode + it.per_context_token * c)
+            + it.per_context_token * d * (d + 1) / 2)  # fmt: skip
 
 
 def work_bytes(scn: Scenario) -> float:
