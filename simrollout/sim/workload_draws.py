@@ -192,18 +192,10 @@ def unloaded_turns(
     """Seconds of every turn alone on an engine with its prefix cached: the per-request
     overhead, the prefill of what was appended (of the whole context on the first turn and after
     a compaction) in chunks of ``max_batch_tokens``, and the decodes at the growing context. The
-    context evolves as in the step engine (``Cell._turn``): :mod:`.turn_contexts`."""
-    from .turn_contexts import contexts
+    context evolves as in the step engine (``Cell._turn``); compiled in :mod:`.turn_seconds`."""
+    from .turn_seconds import turn_seconds
 
-    it = engine.iteration
-    o = np.asarray(tok["step_output"], dtype=np.int64)
-    c, prefill = contexts(steps, tok["prompt"], tok["step_append"], o,
-                          max_context or np.iinfo(np.int64).max, engine.kv_capacity_tokens)  # fmt: skip
-    chunks = -(-prefill // engine.max_batch_tokens)
-    d = o - 1
-    return (engine.overhead + chunks * it.base + it.prefill_seconds(prefill, c - prefill)
-            + d * (it.base + it.per_decode + it.per_context_token * c)
-            + it.per_context_token * d * (d + 1) / 2)  # fmt: skip
+    return turn_seconds(steps, tok["prompt"], tok["step_append"], tok["step_output"], engine, max_context)
 
 
 def work_bytes(scn: Scenario) -> float:
