@@ -19,6 +19,15 @@ CASES = {
         make(**{"substrates.0.teardown": -0.5}),
         ["substrates.0.teardown", "greater than or equal to 0"],
     ),
+    # an overflowed count is refused before anything is allocated (one entry per engine or host)
+    "engines past any cluster": (
+        make(**{"cluster.inference": {"engines": 67_072_177_488_551_168, "slowdown": 0.02}}),
+        ["cluster.inference.engines", "less than or equal to 1000000"],
+    ),
+    "hosts past any fleet": (
+        make(**{"substrates.0.capacity": {"hosts": 10**12}}),
+        ["substrates.0.capacity.hosts", "less than or equal to 10000000"],
+    ),
     "probability above 1": (
         make(**{"substrates.0.failures": {"create": 1.5}}),
         ["substrates.0.failures.create", "less than or equal to 1"],

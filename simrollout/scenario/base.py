@@ -4,14 +4,24 @@ for numbers, and a check that a distribution is non-negative."""
 from __future__ import annotations
 
 import copy
+from typing import Annotated
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     model_validator,
 )
 
 from ..distributions import Dist, no_bools
+
+# the simulator holds an entry per engine, host, client and rollout worker: a count beyond these
+# is a typo or an overflow, refused before anything is allocated
+MAX_ENGINES = 1_000_000
+MAX_COUNT = 10_000_000
+Engines = Annotated[int, Field(gt=0, le=MAX_ENGINES)]
+Count = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+NonNegativeCount = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 
 
 class _Model(BaseModel):

@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from .base import _Model
+from .base import Count, Engines, NonNegativeCount, _Model
 
 
 class IterationTime(_Model):
@@ -94,7 +94,7 @@ class Inference(_Model):
     ``slowdown`` per extra running request; with a token workload each engine is the ``engine``
     model (continuous batching, KV cache, prefix cache; see docs/model.md)."""
 
-    engines: PositiveInt
+    engines: Engines
     slowdown: NonNegativeFloat = 0.0
     price_per_hour: NonNegativeFloat = 0.0  # per engine
     profile: str | None = None  # an engine profile under calibration/engines/
@@ -104,9 +104,9 @@ class Inference(_Model):
 
 
 class Cluster(_Model):
-    concurrency: PositiveInt | list[PositiveInt]
+    concurrency: Count | list[Count]
     inference: Inference | None = None
-    clients: PositiveInt = 1  # rollout clients issuing sandbox operations (contention.scope client)
+    clients: Count = 1  # rollout clients issuing sandbox operations (contention.scope client)
 
     @field_validator("concurrency")
     @classmethod
@@ -122,11 +122,11 @@ class Cluster(_Model):
 
 class Policy(_Model):
     mode: Literal["async", "sync"] = "async"
-    batch_size: PositiveInt | None = None
+    batch_size: Count | None = None
     timeout: PositiveFloat | None = None
     retries: NonNegativeInt = 0
     retry_backoff: NonNegativeFloat = 0.0
-    warm_pool: NonNegativeInt = 0
+    warm_pool: NonNegativeCount = 0
     reuse: bool = False  # a finished sandbox serves the next sample of its task after substrate.reset
 
     @model_validator(mode="after")

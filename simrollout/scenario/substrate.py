@@ -12,13 +12,12 @@ from pydantic import (
     Field,
     NonNegativeFloat,
     PositiveFloat,
-    PositiveInt,
     model_validator,
 )
 
 from ..distributions import Constant, Dist
 from ..distributions.contention import Curve
-from .base import _Model
+from .base import Count, _Model
 from .workload import FailureRate
 
 
@@ -126,9 +125,9 @@ def _curve(points: tuple[tuple[float, float], ...]) -> Curve:
 class Capacity(_Model):
     """Concurrent sandboxes: ``quota`` (hosted service) or ``hosts`` x ``sandboxes_per_host``."""
 
-    hosts: PositiveInt = 1
-    sandboxes_per_host: PositiveInt | None = None
-    quota: PositiveInt | None = None
+    hosts: Count = 1
+    sandboxes_per_host: Count | None = None
+    quota: Count | None = None
 
     @model_validator(mode="after")
     def _one_form(self):
