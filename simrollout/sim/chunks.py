@@ -10,28 +10,10 @@ import numpy as np
 
 from ..rng import stream
 from .records import INPUTS as _IN
-from .records import STATUS, Records
+from .records import R_ATTEMPTS, R_COLD, R_END, R_START, R_STATUS, R_STEPS, R_WAIT, ROW, STATUS, Records
 from .serving_pilot import phases
 from .substrate_draws import ChunkDetail, SubstrateDraws, arrival_gaps, chunk_detail, draw_substrate
 from .workload_draws import CHUNK
-
-# a trajectory's output row, in this column order (the fields of Records but ``arrival``)
-OUT = (
-    "start",
-    "end",
-    "cold",
-    "acquire_wait",
-    "worker",
-    "sandbox",
-    "llm",
-    "attempts",
-    "status",
-    "warm",
-    "steps_done",
-    "overhead",
-    "teardown",
-    "lost",
-)
 
 
 class Chunk:
@@ -39,7 +21,7 @@ class Chunk:
 
     def __init__(self, lo: int, inputs: np.ndarray, draws: SubstrateDraws, arrival: np.ndarray):
         self.lo, self.inputs, self.draws, self.arrival = lo, inputs, draws, arrival
-        self.out = np.zeros((len(inputs), len(OUT)))
+        self.out = np.zeros((len(inputs), len(ROW)))
         self.gen = np.zeros((len(inputs), 3))  # body start, end, generating share (GPU estimate)
         self.left = len(inputs)
         self.ran = np.zeros(len(inputs), dtype=bool)  # rows written (the training loop starts a subset)
@@ -99,7 +81,7 @@ class ChunkRows:
         if st.fill is not None:
             st.fill()
         ran = slice(None) if st.ran.all() else st.ran
-        cols = dict(zip(OUT, st.out[ran].T))
+        cols = dict(zip(ROW, st.out[ran].T))
         ints = {"attempts": np.int8, "status": np.int8, "warm": bool, "steps_done": np.int32}
         cols = {k: v.astype(ints.get(k, np.float64)) for k, v in cols.items()}
         rec = Records(arrival=st.arrival[ran], **cols)
@@ -130,9 +112,10 @@ class ChunkRows:
 
     def _trace(self, i: int, row) -> None:
         """Spans of a timeline (simrollout.run.timeline): the trajectory, and its sandbox's create."""
-        start, end, cold, waited, status, steps = row[0], row[1], row[2], row[3], int(row[8]), int(row[10])
-        args = {"status": STATUS.get(status, "lost"), "steps": steps, "attempts": int(row[7])}
-        if cold > 0 and row[7] == 1:
+        start, end, cold, waited = row[R_START], row[R_END], row[R_COLD], row[R_WAIT]
+        status, steps, attempts = int(row[R_STATUS]), int(row[R_STEPS]), int(row[R_ATTEMPTS])
+        args = {"status": STATUS.get(status, "lost"), "steps": steps, "attempts": attempts}
+        if cold > 0 and attempts == 1:
             self.trace.append(("trajectories", i, "sandbox create", start + waited, cold, {}))
         self.trace.append(("trajectories", i, f"trajectory {i}", start, end - start, args))
 

@@ -15,6 +15,22 @@ from numba import njit
 
 from .compiled_heap import J_HSIZE, pop, push
 from .compiled_ops import cut, factor, fail_rate, first_failure, lost_at, sums
+from .records import (
+    R_ATTEMPTS,
+    R_COLD,
+    R_END,
+    R_LLM,
+    R_LOST,
+    R_OVERHEAD,
+    R_SANDBOX,
+    R_START,
+    R_STATUS,
+    R_STEPS,
+    R_TEARDOWN,
+    R_WAIT,
+    R_WARM,
+    R_WORKER,
+)
 
 # request codes (the loop's return value)
 R_DONE, R_RETRY, R_DETAIL, R_PROGRESS = 0, 1, 2, 3
@@ -410,12 +426,17 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
         elif kind == K_FINISH:
             failed = WI[I_STATUS] == FAILED
             row = OUT[i]
-            row[0], row[1], row[2], row[3] = WF[F_START], now, WF[F_LAT], WF[F_WAITED]
-            row[4], row[5], row[6], row[7] = WF[F_WORKER], WF[F_SANDBOX], WF[F_LLM], WI[I_ATT]
-            row[8], row[9], row[10] = WI[I_STATUS], 0.0, WI[I_STEPS]
-            row[11] = 0.0 if failed else WF[F_OVER]
-            row[12] = 0.0 if failed else WF[F_TD]
-            row[13] = WF[F_LOST]
+            row[R_START], row[R_END], row[R_COLD], row[R_WAIT] = WF[F_START], now, WF[F_LAT], WF[F_WAITED]
+            row[R_WORKER], row[R_SANDBOX], row[R_LLM] = WF[F_WORKER], WF[F_SANDBOX], WF[F_LLM]
+            row[R_ATTEMPTS], row[R_STATUS], row[R_WARM], row[R_STEPS] = (
+                WI[I_ATT],
+                WI[I_STATUS],
+                0.0,
+                WI[I_STEPS],
+            )
+            row[R_OVERHEAD] = 0.0 if failed else WF[F_OVER]
+            row[R_TEARDOWN] = 0.0 if failed else WF[F_TD]
+            row[R_LOST] = WF[F_LOST]
             GI[J_DONE] += 1
             WI[I_DET] = 0
             kind = K_NEXT

@@ -14,6 +14,14 @@ INPUTS = ("cold", "warm", "teardown", "u_create", "u_exec", "u_teardown", "calls
           "setup", "reward", "steps")  # fmt: skip
 
 
+# a trajectory's output row while its chunk is in flight (the fields of Records but ``arrival``),
+# in this column order; every engine writes and reads a row's columns by these names
+ROW = ("start", "end", "cold", "acquire_wait", "worker", "sandbox", "llm", "attempts", "status", "warm",
+       "steps_done", "overhead", "teardown", "lost")  # fmt: skip
+(R_START, R_END, R_COLD, R_WAIT, R_WORKER, R_SANDBOX, R_LLM, R_ATTEMPTS, R_STATUS, R_WARM, R_STEPS,
+ R_OVERHEAD, R_TEARDOWN, R_LOST) = range(len(ROW))  # fmt: skip
+
+
 @dataclass
 class Records:
     arrival: np.ndarray  # became ready to run, s

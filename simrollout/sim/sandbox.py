@@ -45,6 +45,7 @@ class Attempts:
         return self.attempt == 1
 
     def row(self, end: float) -> tuple:
+        """The trajectory's row, in :data:`~simrollout.sim.records.ROW`'s order."""
         failed = self.status == FAILED
         return (self.start, end, self.latency, self.waited, self.worker, self.sandbox, self.llm,
                 self.attempt, self.status, self.warm, self.steps, 0.0 if failed else self.over,

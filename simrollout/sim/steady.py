@@ -25,7 +25,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..rng import stream
-from .records import INPUTS, OK
+from .records import (
+    INPUTS,
+    OK,
+    R_ATTEMPTS,
+    R_COLD,
+    R_END,
+    R_LLM,
+    R_LOST,
+    R_OVERHEAD,
+    R_SANDBOX,
+    R_START,
+    R_STATUS,
+    R_STEPS,
+    R_TEARDOWN,
+    R_WAIT,
+    R_WARM,
+    R_WORKER,
+)
 from .substrate_draws import fails_within
 from .workload_draws import CHUNK
 
@@ -141,7 +158,7 @@ class Steady:
         fleet = cell.fleet
         start = cell.env.now
         wait = fleet._rate_delay() if cell.sub.create_rate is not None else 0.0
-        st.out[j, 0], st.t0[j], st.one_wait[j] = start, start + wait, True
+        st.out[j, R_START], st.t0[j], st.one_wait[j] = start, start + wait, True
         b0 = start + wait + lat[r]
         cell._later(b0, b0 + busy[r], share[r])
         cell._started = i + 1
@@ -171,17 +188,17 @@ def _fill(st, min_bill: float) -> None:
         return
     lat, busy, td, g, share, over = st.times[m].T
     t0, out = st.t0[m], st.out
-    out[m, 1] = t0 + lat + busy + td
-    out[m, 2] = lat
-    out[m, 3] = t0 - out[m, 0]  # the create-rate token's wait
-    out[m, 4] = lat + busy - g + td
-    out[m, 5] = np.maximum(lat + busy + td, min_bill)
-    out[m, 6] = g
-    out[m, 7] = 1
-    out[m, 8] = OK
-    out[m, 9] = 0
-    out[m, 10] = st.inputs[m, _COL["steps"]]
-    out[m, 11] = over
-    out[m, 12] = td
-    out[m, 13] = 0.0
+    out[m, R_END] = t0 + lat + busy + td
+    out[m, R_COLD] = lat
+    out[m, R_WAIT] = t0 - out[m, R_START]  # the create-rate token's wait
+    out[m, R_WORKER] = lat + busy - g + td
+    out[m, R_SANDBOX] = np.maximum(lat + busy + td, min_bill)
+    out[m, R_LLM] = g
+    out[m, R_ATTEMPTS] = 1
+    out[m, R_STATUS] = OK
+    out[m, R_WARM] = 0
+    out[m, R_STEPS] = st.inputs[m, _COL["steps"]]
+    out[m, R_OVERHEAD] = over
+    out[m, R_TEARDOWN] = td
+    out[m, R_LOST] = 0.0
     st.gen[m] = np.column_stack([t0 + lat, t0 + lat + busy, share])

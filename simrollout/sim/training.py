@@ -23,7 +23,7 @@ import simpy
 from ..rng import stream
 from ..scenario import Training
 from .loop_body import LoopBodies
-from .records import OK
+from .records import OK, R_END, R_LLM, R_SANDBOX, R_STATUS, R_STEPS, R_WORKER
 from .trainer_time import TrainerClock
 from .training_results import CAUSES, Group, LoopResults, StepRecord
 from .workload_draws import CHUNK
@@ -194,10 +194,10 @@ class TrainingLoop(LoopResults):
         self.gen_steps[0 if self.version == self.v0[i] else 1] += 1
 
     def _done(self, i: int, row) -> None:
-        status, worker, sandbox, llm = int(row[8]), row[4], row[5], row[6]
+        status, worker, sandbox, llm = int(row[R_STATUS]), row[R_WORKER], row[R_SANDBOX], row[R_LLM]
         grp = self.groups[int(self.group_of[i])]
         grp.cost += (worker, sandbox, llm, 1)
-        self.end[i], self.steps_done[i], self.v_end[i] = row[1], row[10], self.version
+        self.end[i], self.steps_done[i], self.v_end[i] = row[R_END], row[R_STEPS], self.version
         if grp.state == "discarded":
             self.discard[grp.cause] += (worker, sandbox, llm, 1)
             return
