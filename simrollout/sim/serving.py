@@ -40,7 +40,6 @@ import numpy as np
 import simpy
 
 from ..scenario import Engine, Inference
-from .waits import first_of
 
 
 class Request:
@@ -256,7 +255,7 @@ class ServingEngine:
             t0, slope = it(0, d, ctx), it.per_context_token * d
             start = env.now
             self._wake = env.event()
-            yield first_of(env, env.timeout(_run_time(k, t0, slope)), self._wake)
+            yield env.timeout(_run_time(k, t0, slope)) | self._wake
             done = k
             if env.now < start + _run_time(k, t0, slope):  # a request came: stop at the next boundary
                 done = min(_iterations_by(env.now - start, t0, slope) + 1, k)
