@@ -13,24 +13,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from . import records as rec
 from .compiled_heap import J_HSIZE, pop, push
 from .compiled_ops import cut, factor, fail_rate, first_failure, lost_at, sums
-from .records import (
-    R_ATTEMPTS,
-    R_COLD,
-    R_END,
-    R_LLM,
-    R_LOST,
-    R_OVERHEAD,
-    R_SANDBOX,
-    R_START,
-    R_STATUS,
-    R_STEPS,
-    R_TEARDOWN,
-    R_WAIT,
-    R_WARM,
-    R_WORKER,
-)
 
 # request codes (the loop's return value)
 R_DONE, R_RETRY, R_DETAIL, R_PROGRESS = 0, 1, 2, 3
@@ -425,18 +410,13 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
                 kind = K_AGAIN
         elif kind == K_FINISH:
             failed = WI[I_STATUS] == FAILED
-            row = OUT[i]
-            row[R_START], row[R_END], row[R_COLD], row[R_WAIT] = WF[F_START], now, WF[F_LAT], WF[F_WAITED]
-            row[R_WORKER], row[R_SANDBOX], row[R_LLM] = WF[F_WORKER], WF[F_SANDBOX], WF[F_LLM]
-            row[R_ATTEMPTS], row[R_STATUS], row[R_WARM], row[R_STEPS] = (
-                WI[I_ATT],
-                WI[I_STATUS],
-                0.0,
-                WI[I_STEPS],
-            )
-            row[R_OVERHEAD] = 0.0 if failed else WF[F_OVER]
-            row[R_TEARDOWN] = 0.0 if failed else WF[F_TD]
-            row[R_LOST] = WF[F_LOST]
+            row = OUT[i]  # the trajectory's row (records.ROW)
+            row[rec.R_START], row[rec.R_END], row[rec.R_COLD] = WF[F_START], now, WF[F_LAT]
+            row[rec.R_WAIT], row[rec.R_WORKER], row[rec.R_SANDBOX] = WF[F_WAITED], WF[F_WORKER], WF[F_SANDBOX]
+            row[rec.R_LLM], row[rec.R_ATTEMPTS], row[rec.R_STATUS] = WF[F_LLM], WI[I_ATT], WI[I_STATUS]
+            row[rec.R_WARM], row[rec.R_STEPS], row[rec.R_LOST] = 0.0, WI[I_STEPS], WF[F_LOST]
+            row[rec.R_OVERHEAD] = 0.0 if failed else WF[F_OVER]
+            row[rec.R_TEARDOWN] = 0.0 if failed else WF[F_TD]
             GI[J_DONE] += 1
             WI[I_DET] = 0
             kind = K_NEXT
