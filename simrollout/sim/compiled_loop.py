@@ -42,7 +42,7 @@ G_NOW, G_TOKEN = 0, 1
  P_TIMED, P_WEIGHTS, P_N, P_C) = range(14)  # fmt: skip
 # input columns (records.INPUTS)
 C_COLD, C_WARM, C_TD, C_UC, C_UE, C_UT, C_CALLS, C_LLM, C_OVER, C_TOOL, C_SETUP, C_REWARD, C_STEPS = range(13)
-OK, FAILED, TIMEOUT, LOST = 0, 1, 2, 3
+OK, FAILED, TIMEOUT, LOST = rec.OK, rec.FAILED, rec.TIMEOUT, rec.LOST  # a trajectory's status
 AT_RISK, STILL = 1.25, 0.01
 
 

@@ -25,24 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..rng import stream
-from .records import (
-    INPUTS,
-    OK,
-    R_ATTEMPTS,
-    R_COLD,
-    R_END,
-    R_LLM,
-    R_LOST,
-    R_OVERHEAD,
-    R_SANDBOX,
-    R_START,
-    R_STATUS,
-    R_STEPS,
-    R_TEARDOWN,
-    R_WAIT,
-    R_WARM,
-    R_WORKER,
-)
+from . import records as rec
+from .records import INPUTS, OK
 from .substrate_draws import fails_within
 from .workload_draws import CHUNK
 
@@ -158,7 +142,7 @@ class Steady:
         fleet = cell.fleet
         start = cell.env.now
         wait = fleet._rate_delay() if cell.sub.create_rate is not None else 0.0
-        st.out[j, R_START], st.t0[j], st.one_wait[j] = start, start + wait, True
+        st.out[j, rec.R_START], st.t0[j], st.one_wait[j] = start, start + wait, True
         b0 = start + wait + lat[r]
         cell._later(b0, b0 + busy[r], share[r])
         cell._started = i + 1
@@ -188,17 +172,17 @@ def _fill(st, min_bill: float) -> None:
         return
     lat, busy, td, g, share, over = st.times[m].T
     t0, out = st.t0[m], st.out
-    out[m, R_END] = t0 + lat + busy + td
-    out[m, R_COLD] = lat
-    out[m, R_WAIT] = t0 - out[m, R_START]  # the create-rate token's wait
-    out[m, R_WORKER] = lat + busy - g + td
-    out[m, R_SANDBOX] = np.maximum(lat + busy + td, min_bill)
-    out[m, R_LLM] = g
-    out[m, R_ATTEMPTS] = 1
-    out[m, R_STATUS] = OK
-    out[m, R_WARM] = 0
-    out[m, R_STEPS] = st.inputs[m, _COL["steps"]]
-    out[m, R_OVERHEAD] = over
-    out[m, R_TEARDOWN] = td
-    out[m, R_LOST] = 0.0
+    out[m, rec.R_END] = t0 + lat + busy + td
+    out[m, rec.R_COLD] = lat
+    out[m, rec.R_WAIT] = t0 - out[m, rec.R_START]  # the create-rate token's wait
+    out[m, rec.R_WORKER] = lat + busy - g + td
+    out[m, rec.R_SANDBOX] = np.maximum(lat + busy + td, min_bill)
+    out[m, rec.R_LLM] = g
+    out[m, rec.R_ATTEMPTS] = 1
+    out[m, rec.R_STATUS] = OK
+    out[m, rec.R_WARM] = 0
+    out[m, rec.R_STEPS] = st.inputs[m, _COL["steps"]]
+    out[m, rec.R_OVERHEAD] = over
+    out[m, rec.R_TEARDOWN] = td
+    out[m, rec.R_LOST] = 0.0
     st.gen[m] = np.column_stack([t0 + lat, t0 + lat + busy, share])
