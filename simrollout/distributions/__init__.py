@@ -26,7 +26,6 @@ from pydantic import (
     PositiveFloat,
     TypeAdapter,
 )
-from scipy import optimize
 
 from .base import Z99, Constant, _Base, no_bools  # noqa: F401 (the package's interface)
 from .empirical import Discrete, Empirical
@@ -72,13 +71,35 @@ class Mixture(_Base):
         return sum(p * c.dist.cdf(x) for p, c in zip(self.probs, self.components))
 
     def ppf(self, q):
-        def one(qq):
-            hi = 1.0
-            while self.cdf(hi) < qq:
-                hi *= 2
-            return optimize.brentq(lambda x: self.cdf(x) - qq, 0.0, hi, xtol=1e-12)
+        """The least ``x`` with ``cdf(x) >= q``, by bisection between the components' quantiles
+        (it lies between the least and the greatest; a component may be a constant)."""
+        qq = np.asarray(q, dtype=float)
+        each = np.array([np.broadcast_to(np.asarray(c.dist.ppf(qq), dtype=float), qq.shape)
+                         for c in self.components])  # fmt: skip
+        lo, hi = each.min(axis=0), each.max(axis=0)
+        hi = np.where(qq <= 0, lo, hi)
+        inner = np.isfinite(hi) & (hi > lo)
+        for _ in range(80):  # cdf(hi) >= q throughout; every x below lo has cdf(x) < q
+            if not inner.any():
+                break
+            mid = np.where(inner, lo + (hi - lo) / 2, hi)
+            up = np.asarray(self.cdf(mid)) >= qq
+            hi, lo = np.where(inner & up, mid, hi), np.where(inner & ~up, mid, lo)
+            inner &= hi - lo > 1e-12 * np.maximum(np.abs(hi), 1.0)
+        return hi if np.ndim(q) else float(hi)
 
-        return np.vectorize(one)(q) if np.ndim(q) else one(q)
+    def sample_above(self, rng, size: int, x: float) -> np.ndarray:
+        """``size`` draws given that they exceed ``x``: the component in proportion to its mass
+        above ``x``, then its own conditional tail (vectorized, unlike :meth:`ppf`)."""
+        below = [float(np.asarray(c.dist.cdf(x))) for c in self.components]
+        above = self.probs * (1.0 - np.array(below))
+        which = np.searchsorted(np.cumsum(above / above.sum())[:-1], rng.random(size), side="right")
+        v = rng.random(size)
+        out = np.empty(size)
+        for k, (comp, f) in enumerate(zip(self.components, below)):
+            at = which == k
+            out[at] = comp.dist.ppf(f + (1.0 - f) * v[at])
+        return np.maximum(out, x)
 
 
 class Scaled(_Base):
@@ -116,8 +137,37 @@ Dist = Annotated[
     Field(discriminator="kind"),
     BeforeValidator(number_is_constant),
 ]
+
+
+class Capped(_Base):
+    """Another distribution cut at ``cap``: ``min(X, cap)`` (a harness's tool timeout). Built by
+    the simulator, not written in a scenario."""
+
+    kind: Literal["capped"] = "capped"
+    cap: PositiveFloat
+    dist: Dist
+
+    def sample(self, rng, size):
+        return np.minimum(self.dist.sample(rng, size), self.cap)
+
+    def mean(self):
+        from scipy import integrate
+
+        # E min(X, cap) = the integral of the survival function up to the cap
+        got, _ = integrate.quad(lambda x: 1.0 - float(np.asarray(self.dist.cdf(x))), 0.0, self.cap, limit=200)
+        return float(got)
+
+    def cdf(self, x):
+        x = np.asarray(x, dtype=float)
+        return np.where(x >= self.cap, 1.0, self.dist.cdf(x))
+
+    def ppf(self, q):
+        return np.minimum(np.asarray(self.dist.ppf(q), dtype=float), self.cap)
+
+
 Component.model_rebuild()
 Mixture.model_rebuild()
+Capped.model_rebuild()
 Scaled.model_rebuild()
 
 _adapter = TypeAdapter(Dist)

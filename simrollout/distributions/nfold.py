@@ -2,7 +2,8 @@
 
 A trajectory's exec overhead is the sum of one draw per tool call; where nothing reads the calls
 one by one (the trajectory engine), the sum is drawn directly. The distribution is split at its
-``1 - tail`` quantile ``T``. Below it, the law is discretised on cells of width ``h`` (a thousandth
+``1 - tail`` quantile ``T`` (``tail`` from 1e-6 up to 1e-2, the smallest that leaves cells of a
+thousandth of the mean below it). Below it, the law is discretised on cells of width ``h`` (a thousandth
 of the mean, or coarser for wide supports) and convolved with itself by FFT into the 2^j-fold
 laws of the cell index; a sum of ``m`` is the sum of one draw from each table of ``m``'s binary
 digits. Above it, how many of the ``m`` draws land in the tail is binomial and each is drawn
@@ -24,7 +25,8 @@ import math
 import numpy as np
 from scipy.signal import fftconvolve
 
-_TAIL = 1e-6  # the share above the split, drawn exactly
+_TAILS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)  # the share above the split, drawn exactly: the first
+# whose split leaves cells of a thousandth of the mean (a heavy tail splits lower)
 _REL = 1e-3  # cell width, in units of the distribution's mean
 _CELLS = 1 << 16  # at most this many cells per draw (wider cells for wide supports)
 _TRIM = 1e-14  # probability trimmed off each end of a table (under 1e-12 over every table)
@@ -33,11 +35,14 @@ _TRIM = 1e-14  # probability trimmed off each end of a table (under 1e-12 over e
 class NFold:
     """The m-fold laws of one distribution (anything with ``cdf``, ``ppf`` and ``mean``)."""
 
-    def __init__(self, dist, tail: float = _TAIL, rel: float = _REL, cells: int = _CELLS):
+    def __init__(self, dist, tail: float | None = None, rel: float = _REL, cells: int = _CELLS):
         self.dist = dist
         lo = float(np.asarray(dist.ppf(0.0)))
         self.lo = lo if math.isfinite(lo) and lo > 0 else 0.0
-        hi = float(np.asarray(dist.ppf(1.0 - tail)))
+        for t in _TAILS if tail is None else (tail,):
+            hi = float(np.asarray(dist.ppf(1.0 - t)))
+            if hi - self.lo <= cells * rel * float(dist.mean()):
+                break
         self.const = hi <= self.lo  # a constant (or as good as one below the split)
         self.tables: list[tuple[int, np.ndarray]] = []  # per j: (first index, CDF of the 2^j-fold index)
         if self.const:
@@ -92,9 +97,12 @@ class NFold:
         out = body * (self.lo + self.h / 2) + index * self.h
         tails = int(k.sum())
         if tails:
-            v = rng.random(tails)
-            x = np.asarray(self.dist.ppf(self.below + (1.0 - self.below) * v), dtype=np.float64)
-            x = np.maximum(x, self.split)
+            if hasattr(self.dist, "sample_above"):  # a mixture: its ppf inverts one value at a time
+                x = self.dist.sample_above(rng, tails, self.split)
+            else:
+                v = rng.random(tails)
+                x = np.asarray(self.dist.ppf(self.below + (1.0 - self.below) * v), dtype=np.float64)
+                x = np.maximum(x, self.split)
             owner = np.repeat(np.arange(len(m)), k)
             np.add.at(out, owner, x)
         return out

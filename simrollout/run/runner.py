@@ -24,7 +24,7 @@ from ..sim.metrics import aggregate, summarize
 from ..sim.model import Cell
 from ..sim.pilot_run import run_pilot
 from ..sim.records import Records
-from ..sim.workload_draws import Work, draw_work
+from ..sim.workload_draws import Work, draw_work, tool_sums_at_once
 from ..validation.verdicts import fidelity_choice, resolved_fidelity, unbacked
 
 
@@ -79,11 +79,12 @@ def work_for(scn: Scenario, rep: int, detail: bool, jobs: int = 1, sub=None) -> 
     """The workload of replication ``rep``; with a substrate that has ``tool_speed`` factors,
     its own (the same draws, its tool latencies scaled)."""
     sub = sub if sub is not None and sub.tool_speed else None
-    key = _work_key(scn, rep, detail, sub)
+    summed = tool_sums_at_once(scn, detail)
+    key = (*_work_key(scn, rep, detail, sub), summed)
     if key not in _WORK:
         if len(_WORK) >= 4:
             _WORK.pop(next(iter(_WORK)))
-        _WORK[key] = draw_work(scn, rep, detail, jobs, sub)
+        _WORK[key] = draw_work(scn, rep, detail, jobs, sub, summed)
     return _WORK[key]
 
 

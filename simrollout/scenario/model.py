@@ -44,6 +44,9 @@ class Scenario(_Model):
     # the trajectory engine draws exec overhead call by call, as the step engine does, instead of
     # each sum at once: the fidelity matrix compares the engines on the same numbers
     _overhead_per_call: bool = PrivateAttr(False)
+    # and tool latency call by call (the matrix sets both; a comparison of the exec overhead sums
+    # alone keeps the tools' numbers common to both runs)
+    _tools_per_call: bool = PrivateAttr(False)
 
     @model_validator(mode="before")
     @classmethod

@@ -13,7 +13,7 @@ from .records import INPUTS as _IN
 from .records import R_ATTEMPTS, R_COLD, R_END, R_START, R_STATUS, R_STEPS, R_WAIT, ROW, STATUS, Records
 from .serving_pilot import phases
 from .substrate_draws import ChunkDetail, SubstrateDraws, arrival_gaps, chunk_detail, draw_substrate
-from .workload_draws import CHUNK
+from .workload_draws import CHUNK, sums_at_once
 
 
 class Chunk:
@@ -43,9 +43,9 @@ class ChunkRows:
 
     def _init_chunks(self) -> None:
         self._chunks: dict[int, Chunk] = {}
-        # exec overhead sums drawn at once (trajectory fidelity; the training loop's bodies read
-        # every step, so its cells draw the calls, as does the fidelity matrix)
-        self._summed = not (self.step or self.scn.training or self.scn._overhead_per_call)
+        # exec overhead and tool latency sums drawn at once (trajectory fidelity; the training
+        # loop's bodies read every step, so its cells draw the calls, as does the fidelity matrix)
+        self._summed = sums_at_once(self.scn, self.step)
         self._last_arrival = 0.0  # of the latest chunk whose arrivals were drawn
 
     def _chunk(self, c: int) -> Chunk:

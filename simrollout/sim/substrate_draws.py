@@ -19,7 +19,7 @@ import numpy as np
 from ..distributions.nfold import nfold
 from ..rng import stream
 from ..scenario import Scenario, Substrate
-from .workload_draws import CHUNK, Work, _draw_chunk, _sum_by, tool_speeds
+from .workload_draws import CHUNK, Work, _draw_chunk, _sum_by, scaled_to, tool_speeds
 
 
 @dataclass
@@ -131,19 +131,19 @@ def chunk_detail(
     kept trajectories' calls are their own."""
     part = _draw_chunk(scn, rep, True, chunk, tool_speeds(scn, sub))
     over = draw_substrate(scn, sub, rep, work, chunk, detail=True).call_overhead
+    tool = part["call_tool"]
     zero = np.zeros(1, dtype=np.int64)
     call_off = np.concatenate([zero, np.cumsum(part["calls"])])
     if summed:
         d = draw_substrate(scn, sub, rep, work, chunk)
-        calls = part["calls"]
-        have = _sum_by(over, calls)
-        scale = np.divide(d.overhead, have, out=np.ones_like(have), where=have > 0)
-        over = over * np.repeat(scale, calls)
-        lo = chunk * CHUNK
+        calls, lo = part["calls"], chunk * CHUNK
+        over = scaled_to(over, calls, d.overhead)
+        tool = scaled_to(tool, calls, work.tool[lo : lo + calls.size])  # its tool sums, drawn at once
         for i, own in d.kept.items():
             over[call_off[i - lo] : call_off[i - lo + 1]] = own
+            tool[call_off[i - lo] : call_off[i - lo + 1]] = work.kept[i][2]
     return ChunkDetail(
-        part["step_llm"], part["step_calls"], part["call_tool"], over,
+        part["step_llm"], part["step_calls"], tool, over,
         np.concatenate([zero, np.cumsum(part["steps"])]), call_off,
     )  # fmt: skip
 

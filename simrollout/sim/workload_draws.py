@@ -16,7 +16,8 @@ from functools import partial
 
 import numpy as np
 
-from ..distributions import Component, Constant, Mixture
+from ..distributions import Capped, Component, Constant, Mixture, Scaled
+from ..distributions.nfold import nfold
 from ..rng import stream
 from ..scenario import Scenario, Substrate, Tool
 from ..validation.verdicts import resolved_fidelity
@@ -62,6 +63,47 @@ class Work:
 def tool_mixture(scn: Scenario) -> Mixture:
     tools = scn.workload.tools.values() or [_NO_TOOL]
     return Mixture(components=[Component(weight=t.weight, dist=t.latency) for t in tools])
+
+
+def call_law(scn: Scenario, speed: np.ndarray | None) -> Mixture | Capped:
+    """The law of one tool call's latency: the tools' mixture, each tool's latency times the
+    substrate's speed factor for it, cut at the tool timeout."""
+    tools = list(scn.workload.tools.values()) or [_NO_TOOL]
+    comps = [Component(weight=t.weight, dist=t.latency if speed is None or speed[k] == 1.0
+                       else Scaled(factor=float(speed[k]), dist=t.latency))
+             for k, t in enumerate(tools)]  # fmt: skip
+    law = Mixture(components=comps)
+    return Capped(cap=scn.workload.tool_timeout, dist=law) if scn.workload.tool_timeout else law
+
+
+def sums_at_once(scn: Scenario, step: bool) -> bool:
+    """Whether a cell's trajectories draw their exec overhead and tool latency sums at once, from
+    their m-fold laws (:mod:`simrollout.distributions.nfold`): where nothing reads their calls
+    one by one (not the step engine, nor the training loop's bodies, nor the fidelity matrix's
+    per-call comparisons)."""
+    return not (step or scn.training or scn._overhead_per_call)
+
+
+def tool_sums_at_once(scn: Scenario, step: bool) -> bool:
+    """Whether a cell's tool latency sums are drawn at once (as its exec overhead sums, unless
+    the tools are asked for call by call)."""
+    return sums_at_once(scn, step) and not scn._tools_per_call
+
+
+def _calls(scn: Scenario, rng: np.random.Generator, n: int, speed: np.ndarray | None) -> np.ndarray:
+    """``n`` tool calls' latencies, one by one."""
+    call_tool, which = tool_mixture(scn).sample_which(rng, n)
+    if speed is not None:  # this substrate runs each category's commands faster or slower
+        call_tool = call_tool * speed[which]
+    if scn.workload.tool_timeout:  # the harness cuts a tool call here and returns an error to the agent
+        call_tool = np.minimum(call_tool, scn.workload.tool_timeout)
+    return call_tool
+
+
+def scaled_to(values: np.ndarray, counts: np.ndarray, sums: np.ndarray) -> np.ndarray:
+    """``values`` (consecutive runs of the given lengths) scaled so each run adds up to its sum."""
+    have = _sum_by(values, counts)
+    return values * np.repeat(np.divide(sums, have, out=np.ones_like(have), where=have > 0), counts)
 
 
 def _counts(d, rng, n, lo: int) -> np.ndarray:
@@ -113,10 +155,12 @@ def _replayed(scn: Scenario, rep: int, c: int, m: int, rng) -> dict[str, np.ndar
 
 
 def _draw_chunk(
-    scn: Scenario, rep: int, detail: bool, c: int, speed: np.ndarray | None = None
+    scn: Scenario, rep: int, detail: bool, c: int, speed: np.ndarray | None = None, summed: bool = False
 ) -> dict[str, np.ndarray]:
     """Workload of trajectories ``c * CHUNK ...`` from the chunk's own stream (or, replaying a
-    trace, the trace's trajectories); ``speed``: tool latency factors per tool (tool_speeds)."""
+    trace, the trace's trajectories); ``speed``: tool latency factors per tool (tool_speeds);
+    ``summed``: each trajectory's tool latency drawn as one sum from the m-fold law of its calls
+    (its own stream; the calls of a body near its deadline drawn too, scaled to that sum)."""
     wl = scn.workload
     m = min(CHUNK, scn.trajectories - c * CHUNK)
     rng = stream(scn.seed, rep, "workload", c)
@@ -142,15 +186,22 @@ def _draw_chunk(
             tok = _tokens(wl.tokens, stream(scn.seed, rep, "tokens", c), m, n_steps)
             step_llm = unloaded_turns(tok, steps, scn.cluster.inference.engine, wl.tokens.max_context)
         step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
-        call_tool, which = tool_mixture(scn).sample_which(rng, int(step_calls.sum()))
+        summed = summed and not detail
+        call_tool = None if summed else _calls(scn, rng, int(step_calls.sum()), speed)
         setup = wl.setup.sample(rng, m) if wl.setup else np.zeros(m)
         reward = wl.reward.sample(rng, m) if wl.reward else np.zeros(m)
-    if speed is not None:  # this substrate runs each category's commands faster or slower
-        call_tool = call_tool * speed[which]
-    if wl.tool_timeout:  # the harness cuts a tool call here and returns an error to the agent
-        call_tool = np.minimum(call_tool, wl.tool_timeout)
+    if wl.replay is not None:
+        summed = False
+        if speed is not None:  # this substrate runs each category's commands faster or slower
+            call_tool = call_tool * speed[which]
+        if wl.tool_timeout:  # the harness cuts a tool call here and returns an error to the agent
+            call_tool = np.minimum(call_tool, wl.tool_timeout)
     calls = _sum_by(step_calls, steps).astype(np.int64)
-    llm, tool = _sum_by(step_llm, steps), _sum_by(call_tool, calls)
+    llm = _sum_by(step_llm, steps)
+    if summed:
+        tool = nfold(call_law(scn, speed)).sample(stream(scn.seed, rep, "tools", c), calls)
+    else:
+        tool = _sum_by(call_tool, calls)
     out = {
         "steps": steps,
         "calls": calls,
@@ -167,10 +218,15 @@ def _draw_chunk(
     if scn.policy.timeout and not detail:
         so, co = np.concatenate([[0], np.cumsum(steps)]), np.concatenate([[0], np.cumsum(calls)])
         gen = llm * (TOKEN_LOAD if wl.tokens is not None else 1.0)
-        for k in np.flatnonzero(gen + tool > KEEP * scn.policy.timeout).tolist():
+        near = np.flatnonzero(gen + tool > KEEP * scn.policy.timeout)
+        if summed:  # their calls, from their own stream, scaled to the drawn sum
+            each = _calls(scn, stream(scn.seed, rep, "tools_kept", c), int(calls[near].sum()), speed)
+            own = np.split(scaled_to(each, calls[near], tool[near]), np.cumsum(calls[near])[:-1])
+        else:
+            own = [call_tool[co[k] : co[k + 1]].copy() for k in near.tolist()]
+        for k, mine in zip(near.tolist(), own):
             out["kept"][c * CHUNK + k] = (step_llm[so[k] : so[k + 1]].copy(),  # copies: the chunk is freed
-                                          step_calls[so[k] : so[k + 1]].copy(),
-                                          call_tool[co[k] : co[k + 1]].copy())  # fmt: skip
+                                          step_calls[so[k] : so[k + 1]].copy(), mine)  # fmt: skip
     return out
 
 
@@ -226,14 +282,20 @@ def check_memory(scn: Scenario) -> None:
 
 
 def draw_work(
-    scn: Scenario, rep: int, detail: bool = False, jobs: int = 1, sub: Substrate | None = None
+    scn: Scenario,
+    rep: int,
+    detail: bool = False,
+    jobs: int = 1,
+    sub: Substrate | None = None,
+    summed: bool = False,
 ) -> Work:
     """Draw every trajectory's workload for replication ``rep`` (chunks in ``jobs`` processes),
     filling preallocated arrays as chunks arrive so the peak is the result plus a few chunks.
-    ``sub``: apply its tool speed factors (the other draws are the same on every substrate)."""
+    ``sub``: apply its tool speed factors (the other draws are the same on every substrate);
+    ``summed``: tool latency sums drawn at once (:func:`sums_at_once`)."""
     n = scn.trajectories
     chunks = range(-(-n // CHUNK))
-    draw = partial(_draw_chunk, scn, rep, detail, speed=tool_speeds(scn, sub))
+    draw = partial(_draw_chunk, scn, rep, detail, speed=tool_speeds(scn, sub), summed=summed)
     kinds = {"steps": np.int32, "calls": np.int32}
     sums = ("steps", "calls", "llm", "tool", "setup", "reward")
     out = {k: np.empty(n, dtype=kinds.get(k, np.float64)) for k in sums}

@@ -238,15 +238,16 @@ class Comparison:
 def compare(row: Row, trajectories: int = 1000, steps: int = 20, concurrency: int = 256,
             fast: str = "trajectory", per_call: bool = True) -> Comparison:  # fmt: skip
     """Run ``row`` in step fidelity and in ``fast`` fidelity (``trajectory`` or ``auto``).
-    ``per_call``: the fast engine draws exec overhead call by call, on the step engine's numbers
-    (else each trajectory's sum at once, as a run does: the same law, other numbers)."""
+    ``per_call``: the fast engine draws exec overhead and tool latency call by call, on the step
+    engine's numbers (else each trajectory's sums at once, as a run does: the same laws, other
+    numbers)."""
     from ..run.executors import run_scenario
 
     d = build(row, row.trajectories or trajectories, steps, concurrency)  # training rows: their own size
     res, secs = {}, {}
     for fid in ("step", fast):
         scn: Scenario = scenario_from_dict({**d, "fidelity": fid})
-        scn._overhead_per_call = per_call  # the same exec overhead draws in both engines
+        scn._overhead_per_call = scn._tools_per_call = per_call  # the same draws in both engines
         t0 = time.perf_counter()
         res[fid] = run_scenario(scn, jobs=1, keep_records=False)
         secs[fid] = time.perf_counter() - t0

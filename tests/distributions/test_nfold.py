@@ -61,3 +61,55 @@ def test_same_seed_same_sums_and_constants_exact():
     assert np.array_equal(a, b) and a[0] == 0.0
     c = NFold(parse_dist(0.25))
     assert np.array_equal(c.sample(np.random.default_rng(0), m), m * 0.25)
+
+
+# the headline's tool calls: two heavy-tailed categories (TraceLab p50 / p90)
+TOOLS = {"kind": "mixture", "components": [
+    {"weight": 0.5, "dist": {"kind": "empirical", "quantiles": {0.5: 0.043, 0.9: 0.47}}},
+    {"weight": 0.5, "dist": {"kind": "empirical", "quantiles": {0.5: 0.073, 0.9: 1.9}}},
+]}  # fmt: skip
+
+
+def test_a_heavy_tail_splits_lower_so_the_cells_stay_a_thousandth_of_the_mean():
+    d = parse_dist(TOOLS)
+    nf = NFold(d)
+    assert nf.h == pytest.approx(1e-3 * d.mean(), rel=1e-12)  # at 1e-6 a cell would be 0.14 s
+    assert 1e-6 < nf.tail <= 1e-2 and nf.split == pytest.approx(float(d.ppf(1 - nf.tail)))
+    assert NFold(d, tail=1e-6).h > 100 * nf.h
+
+
+@pytest.mark.parametrize("m", [1, 20, 150])
+def test_tool_mixture_sums_match_brute_force_sums(m):
+    """Sums of the mixture (its tail drawn per component, above the split) against sums of its
+    calls drawn one by one."""
+    d = parse_dist(TOOLS)
+    nf = NFold(d)
+    n = 200_000
+    s = nf.sample(np.random.default_rng(5), np.full(n, m))
+    brute = d.sample(np.random.default_rng(6), n * m).reshape(n, m).sum(axis=1)
+    if m > 1:  # one call's cells (h = 1 ms) are seen by KS at this size: the bound holds instead
+        assert stats.ks_2samp(s, brute).pvalue > 1e-3
+    b = float(nf.bound(m))
+    for q in (0.1, 0.5, 0.9, 0.99):  # each brute-force quantile, in probability, within the bound
+        want, tol = np.quantile(brute, q), 5 * np.sqrt(2 * q * (1 - q) / n)
+        assert (s <= want - b).mean() <= q + tol and (s <= want + b).mean() >= q - tol
+
+
+def test_a_mixtures_conditional_tail_is_its_law_above_the_split():
+    d = parse_dist(TOOLS)
+    x = float(d.ppf(0.99))
+    got = d.sample_above(np.random.default_rng(7), 50_000, x)
+    assert got.min() >= x
+    u = (d.cdf(got) - 0.99) / 0.01  # uniform on (0, 1) under the law above x
+    assert stats.kstest(u, "uniform").pvalue > 1e-3
+
+
+def test_a_mixtures_quantile_is_the_least_value_reaching_it():
+    d = parse_dist({"kind": "mixture", "components": [
+        {"weight": 1, "dist": 1.0}, {"weight": 1, "dist": {"kind": "lognormal", "median": 2, "p99": 10}}]})  # fmt: skip
+    q = np.array([0.0, 0.1, 0.25, 0.5, 0.75, 0.999])
+    x = d.ppf(q)
+    assert x[0] == 0.0 and np.all(np.diff(x) >= -1e-9)
+    assert np.all(d.cdf(x) >= q - 1e-12) and np.all(d.cdf(x * (1 - 1e-9)) < q + 1e-12)
+    assert x[2] == pytest.approx(1.0, abs=1e-9)  # the constant's jump holds the quartile
+    assert float(d.ppf(0.75)) == pytest.approx(float(d.components[1].dist.ppf(0.5)), rel=1e-9)

@@ -9,7 +9,7 @@ from simrollout.scenario import scenario_from_dict
 from simrollout.sim.metrics import TAX
 from simrollout.sim.records import FAILED, OK
 from simrollout.sim.substrate_draws import draw_substrate
-from simrollout.sim.workload_draws import CHUNK, draw_work
+from simrollout.sim.workload_draws import CHUNK, draw_work, sums_at_once
 from simrollout.validation.fidelity import Row, build
 
 WORKER_PHASES = ["tax_cold_start_s", "tax_exec_overhead_s", "tax_teardown_s", "tax_retry_s", "tax_tool_s"]
@@ -52,9 +52,9 @@ def test_worker_phases_sum_to_worker_hours_and_all_phases_to_time_outside_genera
 
 
 def test_what_is_left_of_worker_time_is_the_tasks_own_setup_tools_and_reward(ran):
-    _, _, scn, res = ran
+    _, fidelity, scn, res = ran
     (rec,) = res.records.values()
-    work = draw_work(scn, 0)
+    work = draw_work(scn, 0, summed=sums_at_once(scn, fidelity == "step"))  # as the run drew it
     once = (rec.status == OK) & (rec.attempts == 1)
     rest = rec.worker - rec.cold - rec.overhead - rec.teardown
     own = work.setup + work.tool + work.reward
@@ -77,12 +77,14 @@ def test_failed_attempts_are_lost_work_and_a_failed_trajectory_is_all_lost():
 
 
 def test_uncontended_exec_overhead_is_the_drawn_overhead_and_fidelities_agree():
-    """The step engine's overhead is its calls' draws; the trajectory engine's each sum drawn at
-    once (the same law, other numbers): the other phases agree exactly, the overhead within its
-    sampling error."""
+    """The step engine's overhead and tool latency are its calls' draws; the trajectory engine's
+    each sum drawn at once (the same laws, other numbers): the other phases agree exactly, the
+    overhead and the tools within their sampling errors."""
     scn, step = _run(Row("async", "none"), "step")
     _, fast = _run(Row("async", "none"), "trajectory")
-    work = draw_work(scn, 0)
+    work, summed = draw_work(scn, 0), draw_work(scn, 0, summed=True)
+    assert (work.tool != summed.tool).mean() > 0.99 and (work.steps == summed.steps).all()
+    tool_se = float(np.hypot(work.tool.std(), summed.tool.std())) / np.sqrt(work.n)
     for res, detail in ((step, True), (fast, False)):
         (rec,) = res.records.values()
         drawn = np.concatenate([draw_substrate(scn, scn.substrates[0], 0, work, c, detail=detail).overhead
@@ -95,6 +97,8 @@ def test_uncontended_exec_overhead_is_the_drawn_overhead_and_fidelities_agree():
     for c in TAX:
         if c in ("tax_exec_overhead_s", "tax_wait_s"):  # the wait is the time after the overhead
             assert b[c] == pytest.approx(a[c], abs=4 * se), c
+        elif c == "tax_tool_s":
+            assert b[c] == pytest.approx(a[c], abs=4 * tool_se) and b[c] != a[c], c
         else:
             assert b[c] == pytest.approx(a[c], rel=1e-9, abs=1e-12), c
 
@@ -102,8 +106,14 @@ def test_uncontended_exec_overhead_is_the_drawn_overhead_and_fidelities_agree():
 @pytest.mark.parametrize("row", [Row("async", "both", "failures"), Row("poisson", "host", "warm_pool")],
                          ids=lambda r: r.name)  # fmt: skip
 def test_the_fast_engine_splits_worker_time_as_the_step_engine_does(row):
-    a = _run(row, "step")[1].summary.iloc[0]
-    b = _run(row, "trajectory")[1].summary.iloc[0]
-    assert b.tax_tool_s == pytest.approx(a.tax_tool_s, rel=1e-6)  # the same tasks' own work
-    for c in ("tax_cold_start_s", "tax_exec_overhead_s", "tax_teardown_s", "tax_retry_s", "tax_wait_s"):
+    scn, step = _run(row, "step")
+    fast = _run(row, "trajectory")[1]
+    a, b = step.summary.iloc[0], fast.summary.iloc[0]
+    # the same tasks' own work: each tool sum drawn at once, within the sums' sampling error
+    tool = draw_work(scn, 0).tool
+    assert b.tax_tool_s == pytest.approx(a.tax_tool_s, abs=4 * np.sqrt(2) * tool.std() / np.sqrt(tool.size))
+    for c in ("tax_cold_start_s", "tax_exec_overhead_s", "tax_teardown_s", "tax_wait_s"):
         assert b[c] == pytest.approx(a[c], rel=0.03, abs=1e-3), c
+    # lost work grows with the body a failure cuts short: other tool sums, its sampling error
+    (la,), (lb,) = (r.lost for r in step.records.values()), (r.lost for r in fast.records.values())
+    assert b.tax_retry_s == pytest.approx(a.tax_retry_s, abs=4 * np.hypot(la.std(), lb.std()) / np.sqrt(la.size))

@@ -1,0 +1,96 @@
+"""Tool latency sums drawn at once (trajectory and compiled fidelity) against the calls drawn one
+by one, and the per-call detail of the bodies that need it."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from simrollout.scenario import load_scenario
+from simrollout.sim.substrate_draws import chunk_detail
+from simrollout.sim.workload_draws import CHUNK, _sum_by, draw_work, sums_at_once
+
+SCENARIO = """
+version: 1
+seed: 3
+workload:
+  trajectories: 40000
+  steps: {kind: discrete, values: [10, 30, 60], weights: [0.3, 0.4, 0.3]}
+  llm_time: {kind: lognormal, median: 5.7, p99: 84}
+  calls_per_step: {kind: discrete, values: [1, 2, 3], weights: [0.8, 0.15, 0.05]}
+  tool_timeout: 60
+  tools:
+    shell: {weight: 0.76, latency: {kind: lognormal, median: 0.85, p99: 235}}
+    file_read: {weight: 0.24, latency: {kind: empirical, quantiles: {0.5: 0.043, 0.9: 0.47}}, category: read}
+substrates:
+  - name: docker
+    cold_start: 0.2
+    exec_overhead: {kind: lognormal, median: 0.053, p99: 0.2}
+    teardown: 0.1
+    tool_speed: {shell: 1.6, read: 0.5}
+cluster: {concurrency: 64}
+policy: {mode: async, timeout: 900}
+"""
+
+
+@pytest.fixture(scope="module")
+def scn(tmp_path_factory):
+    path = tmp_path_factory.mktemp("wl") / "s.yaml"
+    path.write_text(SCENARIO)
+    return load_scenario(path)
+
+
+@pytest.fixture(scope="module")
+def both(scn):
+    sub = scn.substrates[0]
+    return draw_work(scn, 0, sub=sub), draw_work(scn, 0, sub=sub, summed=True)
+
+
+def test_only_a_cell_that_reads_no_call_draws_sums(scn):
+    assert sums_at_once(scn, step=False) and not sums_at_once(scn, step=True)
+    scn._overhead_per_call = True
+    try:
+        assert not sums_at_once(scn, step=False)
+    finally:
+        scn._overhead_per_call = False
+
+
+def test_tool_sums_have_the_law_of_their_calls_sums(both):
+    """Speed factors per category and the tool timeout are in the law the sums are drawn from:
+    the sums of each number of calls against the sums of the calls drawn one by one."""
+    calls, summed = both
+    assert (calls.steps == summed.steps).all() and (calls.calls == summed.calls).all()
+    assert (calls.llm == summed.llm).all()
+    assert (calls.tool != summed.tool).mean() > 0.99  # other numbers
+    for m in np.unique(calls.calls)[::7]:
+        at = calls.calls == m
+        if at.sum() > 500:
+            assert stats.ks_2samp(calls.tool[at], summed.tool[at]).pvalue > 1e-4, m
+    se = np.hypot(calls.tool.std(), summed.tool.std()) / np.sqrt(calls.n)
+    assert abs(calls.tool.mean() - summed.tool.mean()) < 4 * se
+
+
+def test_a_body_near_its_deadline_keeps_calls_adding_up_to_its_sum(both):
+    _, summed = both
+    assert len(summed.kept) > 20
+    for i, (step_llm, step_calls, call_tool) in summed.kept.items():
+        assert step_llm.size == summed.steps[i] and call_tool.size == summed.calls[i]
+        assert call_tool.sum() == pytest.approx(summed.tool[i], rel=1e-9)
+        assert (call_tool >= 0).all()
+
+
+def test_a_chunk_drawn_again_holds_each_trajectorys_drawn_sum(scn, both):
+    _, summed = both
+    d = chunk_detail(scn, scn.substrates[0], 0, summed, 1, summed=True)
+    lo = CHUNK
+    n = min(CHUNK, summed.n - lo)
+    calls = summed.calls[lo : lo + n]
+    np.testing.assert_allclose(_sum_by(d.call_tool, calls), summed.tool[lo : lo + n], rtol=1e-9)
+    for i in (k for k in summed.kept if lo <= k < lo + n):
+        np.testing.assert_array_equal(d.call_tool[d.call_off[i - lo] : d.call_off[i - lo + 1]], summed.kept[i][2])
+
+
+def test_same_seed_same_sums(scn):
+    a = draw_work(scn, 0, summed=True, sub=scn.substrates[0])
+    b = draw_work(scn, 0, summed=True, sub=scn.substrates[0], jobs=2)  # chunks in two processes
+    np.testing.assert_array_equal(a.tool, b.tool)
+    assert a.kept.keys() == b.kept.keys()
