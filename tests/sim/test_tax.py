@@ -116,4 +116,6 @@ def test_the_fast_engine_splits_worker_time_as_the_step_engine_does(row):
         assert b[c] == pytest.approx(a[c], rel=0.03, abs=1e-3), c
     # lost work grows with the body a failure cuts short: other tool sums, its sampling error
     (la,), (lb,) = (r.lost for r in step.records.values()), (r.lost for r in fast.records.values())
-    assert b.tax_retry_s == pytest.approx(a.tax_retry_s, abs=4 * np.hypot(la.std(), lb.std()) / np.sqrt(la.size))
+    assert b.tax_retry_s == pytest.approx(
+        a.tax_retry_s, abs=4 * np.hypot(la.std(), lb.std()) / np.sqrt(la.size)
+    )

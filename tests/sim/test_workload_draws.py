@@ -73,7 +73,7 @@ def test_a_body_near_its_deadline_keeps_calls_adding_up_to_its_sum(both):
     _, summed = both
     assert len(summed.kept) > 20
     for i, (step_llm, step_calls, call_tool) in summed.kept.items():
-        assert step_llm.size == summed.steps[i] and call_tool.size == summed.calls[i]
+        assert step_llm.size == summed.steps[i] and call_tool.size == step_calls.sum() == summed.calls[i]
         assert call_tool.sum() == pytest.approx(summed.tool[i], rel=1e-9)
         assert (call_tool >= 0).all()
 
@@ -86,7 +86,9 @@ def test_a_chunk_drawn_again_holds_each_trajectorys_drawn_sum(scn, both):
     calls = summed.calls[lo : lo + n]
     np.testing.assert_allclose(_sum_by(d.call_tool, calls), summed.tool[lo : lo + n], rtol=1e-9)
     for i in (k for k in summed.kept if lo <= k < lo + n):
-        np.testing.assert_array_equal(d.call_tool[d.call_off[i - lo] : d.call_off[i - lo + 1]], summed.kept[i][2])
+        np.testing.assert_array_equal(
+            d.call_tool[d.call_off[i - lo] : d.call_off[i - lo + 1]], summed.kept[i][2]
+        )
 
 
 def test_same_seed_same_sums(scn):

@@ -44,7 +44,9 @@ def test_sums_drawn_at_once_agree_with_the_calls_drawn_one_by_one(row: Row):
         assert abs(diff) <= limit, f"{row.name}: {metric} {diff:+.2f}% (limit {limit}%)"
 
 
-@pytest.mark.parametrize("row", [Row("async", "both", "timeouts"), Row("async", "tier")], ids=lambda r: r.name)
+@pytest.mark.parametrize(
+    "row", [Row("async", "both", "timeouts"), Row("async", "tier")], ids=lambda r: r.name
+)
 def test_tool_sums_drawn_at_once_agree_within_their_sampling_error(row: Row):
     """Tool latency sums drawn at once (the calls of a body near its deadline drawn too, scaled to
     the sum) against the calls drawn one by one: other numbers, so each figure within its
