@@ -74,10 +74,13 @@ def run_many(
         check_memory(s)
     tasks = [(i, k) for i, s in enumerate(scenarios) for k in cell_keys(s)]
     total = sum(scenarios[i].trajectories for i, _ in tasks)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    cores = max(1, jobs or os.cpu_count() or 1)
+    jobs = min(cores, len(tasks))
     if executor == "ray":
         out = _run_ray(scenarios, tasks, keep_records, progress, total, address, records_dir)
     elif executor == "serial" or jobs == 1:
+        if executor != "serial":  # one cell: its workload drawn on every core first
+            _draw_all(scenarios, tasks, cores)
         done = [0]
 
         def tick(k: int) -> None:
@@ -98,10 +101,7 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     _SHARED.update(scenarios=scenarios, queue=q)
-    # draw each distinct workload once, before forking, so every cell inherits it
-    for i, key in tasks:
-        s = scenarios[i]
-        work_for(s, key.replication, resolved_fidelity(s) == "step", jobs, s.substrates[key.substrate])
+    _draw_all(scenarios, tasks, jobs)
     done = 0
     pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_ignore_interrupts)
     try:
@@ -124,6 +124,14 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
         raise
     finally:
         _SHARED.clear()
+
+
+def _draw_all(scenarios: list[Scenario], tasks, jobs: int) -> None:
+    """Draw each distinct workload once, in ``jobs`` processes, before the cells run (forked
+    workers inherit it)."""
+    for i, key in tasks:
+        s = scenarios[i]
+        work_for(s, key.replication, resolved_fidelity(s) == "step", jobs, s.substrates[key.substrate])
 
 
 def _ignore_interrupts() -> None:
