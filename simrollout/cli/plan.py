@@ -132,12 +132,19 @@ def plan(
             "completed", "timeouts", "failed", "binding"]  # fmt: skip
     if engines:
         cols.insert(4, "engines")
-    table = result.table[cols].assign(makespan_h=lambda d: d.makespan_s / 3600).drop(columns="makespan_s")
-    table["lost"] = [f"{x:.2%}" + ("" if ok else " (over budget)")
-                     for x, ok in zip(result.table.lost_fraction, result.table.within_budget)]  # fmt: skip
-    for c in ("completed", "timeouts", "failed"):
-        table[c] = table[c].round().astype(int)
-    typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    if len(result.table):
+        table = result.table[cols].assign(makespan_h=lambda d: d.makespan_s / 3600).drop(columns="makespan_s")
+        t = result.table
+        table["lost"] = [f"{x:.2%}" + ("" if ok else " (over budget)")
+                         for x, ok in zip(t.lost_fraction, t.within_budget)]  # fmt: skip
+        for c in ("completed", "timeouts", "failed"):
+            table[c] = table[c].round().astype(int)
+        typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    if result.skipped is not None and len(result.skipped):
+        floors = result.skipped.assign(makespan_floor_h=lambda d: d.makespan_floor_s / 3600)
+        typer.echo("\nnot simulated (out of reach: the makespan floor of their trajectories' own work):")
+        typer.echo(floors[["substrate", "concurrency", "warm_pool", "hosts", "makespan_floor_h"]]
+                   .to_string(index=False, float_format=lambda v: f"{v:,.1f}"))  # fmt: skip
     if result.check is not None and len(result.check):
         chk = result.check.assign(
             makespan_h=lambda d: d.makespan_s / 3600, makespan_h_ci95=lambda d: d.makespan_s_ci95 / 3600
@@ -162,7 +169,8 @@ def _conclude_plan(result, out: Path | None, extra: str | None = None) -> None:
         typer.echo(extra)
     if out is not None:
         with atomic_file(out) as tmp:
-            result.table.to_csv(tmp, index=False)
+            frame = result.frame() if hasattr(result, "frame") else result.table  # a training plan: its table
+            frame.to_csv(tmp, index=False)
     if result.best is None:
         raise typer.Exit(1)
 

@@ -75,7 +75,7 @@ def run_many(
     tasks = [(i, k) for i, s in enumerate(scenarios) for k in cell_keys(s)]
     total = sum(scenarios[i].trajectories for i, _ in tasks)
     cores = max(1, jobs or os.cpu_count() or 1)
-    jobs = min(cores, len(tasks))
+    jobs = max(1, min(cores, len(tasks)))
     if executor == "ray":
         out = _run_ray(scenarios, tasks, keep_records, progress, total, address, records_dir)
     elif executor == "serial" or jobs == 1:

@@ -19,9 +19,19 @@ def until(env: simpy.Environment, dur: float, deadline: float):
 
 def await_event(env: simpy.Environment, event: simpy.Event, deadline: float):
     """Wait for ``event`` or until the deadline; True when it fired."""
-    left = deadline - env.now
-    if math.isinf(left):
+    if math.isinf(deadline):
         yield event
         return True
-    yield event | env.timeout(max(left, 0.0))
+    yield event | _deadline(env, deadline)
     return event.triggered
+
+
+def _deadline(env: simpy.Environment, at: float) -> simpy.Event:
+    """The timeout at ``at``, one per instant, shared by every wait it bounds (a timeout per wait
+    would stay in the event queue until the deadline: one per LLM turn, hours after it ended)."""
+    table = env.__dict__.setdefault("_deadlines", {})
+    event = table.get(at)
+    if event is None:
+        event = table[at] = env.timeout(max(at - env.now, 0.0))
+        event.callbacks.append(lambda _, at=at: table.pop(at, None))
+    return event

@@ -24,10 +24,14 @@ import pandas as pd
 
 from ..errors import InputError
 from ..run.executors import run_many
+from ..run.runner import work_for
 from ..scenario import Scenario
 from ..scenario.overrides import base_dict, set_path
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# a configuration is simulated unless its makespan floor misses the target by more than this
+# factor (the sample's projection and the near-miss check work within a few per cent of it)
+REACH = 1.25
 
 
 def parse_duration(text: str) -> float:
@@ -70,6 +74,15 @@ class Goal:
             return row.trajectories_per_hour >= self.throughput_per_h * (1 - tol)
         return row.cost_usd <= self.budget_usd * (1 + tol)
 
+    def out_of_reach(self, floor_s: float, gpu_per_s: float, n: int) -> bool:
+        """Whether a configuration whose makespan cannot be under ``floor_s`` (GPUs billed
+        ``gpu_per_s`` dollars a second) misses the target by more than :data:`REACH`."""
+        if self.deadline_s is not None:
+            return floor_s > self.deadline_s * REACH
+        if self.throughput_per_h is not None:
+            return n / floor_s * 3600 < self.throughput_per_h / REACH
+        return gpu_per_s * floor_s > self.budget_usd * REACH
+
     def margin(self, row) -> str:
         if self.deadline_s is not None:
             return f"finishes {(self.deadline_s - row.makespan_s) / 3600:,.1f} h before the deadline"
@@ -88,6 +101,24 @@ class Plan:
     max_failed: float = 0.001
     reranked: str | None = None  # the sample's winner, when the check overturned it
     sensitivity: list[str] | None = None  # per latency scaling, whether the recommendation holds
+    # configurations not simulated: their makespan floor misses the target (:func:`makespan_floor`)
+    skipped: pd.DataFrame | None = None
+
+    def frame(self) -> pd.DataFrame:
+        """Every configuration: the simulated ones, then the skipped ones with their floor."""
+        if self.skipped is None or self.skipped.empty:
+            return self.table.assign(simulated=True)
+        return pd.concat([self.table.assign(simulated=True), self.skipped.assign(simulated=False)],
+                         ignore_index=True)  # fmt: skip
+
+    def _skipped_text(self) -> str:
+        if self.skipped is None or self.skipped.empty:
+            return ""
+        k, best = len(self.skipped), self.skipped.makespan_floor_s.min()
+        return (f" {k} configuration(s) were not simulated: with every slot busy with its "
+                f"trajectories' own work alone (unloaded generation, tools, setup and reward; no "
+                f"start, overhead or wait) their makespan would still be at least "
+                f"{best / 3600:,.1f} h, beyond the target by more than {REACH - 1:.0%}.")  # fmt: skip
 
     def describe(self) -> str:
         if self.best is None and self.check is not None and len(self.check):
@@ -115,17 +146,17 @@ class Plan:
                 if t.throughput_per_h is not None
                 else f"a budget of ${t.budget_usd:,.0f}"
             )
-            over = self.table[~self.table.within_budget]
+            over = self.table[~self.table.within_budget] if len(self.table) else self.table
             if len(over):
                 why += (f" {len(over)} of {len(self.table)} configurations lose more than "
                         f"{self.max_failed:.2%} of their trajectories to timeouts or failures.")  # fmt: skip
-            return f"No configuration meets {what}.{why}"
+            return f"No configuration meets {what}.{why}{self._skipped_text()}"
         b = self.best
         text = (
             f"Cheapest: {_name(b)}: {b.makespan_s / 3600:,.1f} h, ${b.cost_usd:,.0f} "
             f"({b.worker_hours:,.0f} worker-h, ${b.cost_per_completed:.4f} per completed trajectory, "
             f"{b.lost_fraction:.3%} timed out or failed); {self.target.margin(b)}. Bound by {self.binding}."
-        )
+        ) + self._skipped_text()
         if self.check is not None and len(self.check):
             c = _row_of(self.check, b)
             text += (
@@ -213,24 +244,38 @@ def plan(
     levels = concurrency or [2**k for k in range(6, 15)]
     pools = warm_pool or [scn.policy.warm_pool]
     base = base_dict(scn)
-    configs, scenarios = [], []
+    configs, scenarios, skipped = [], [], []
     for sub, c, w, h, d in configurations(scn, base, levels, pools, hosts, engines):
         n = min(n_full, max(sample, 10 * c))
         configs.append((sub, c, w, h, n))
         scenarios.append(Scenario.model_validate(set_path(d, "workload.trajectories", n)))
-    results = run_many(scenarios, executor, jobs, keep_records=True, progress=progress)
+    run = []  # the configurations within reach of the target, by index
+    for k, (s, (sub, c, w, h, _n)) in enumerate(zip(scenarios, configs)):
+        floor = makespan_floor(s, c, n_full, jobs)
+        inf = s.cluster.inference
+        gpu_per_s = inf.engines * inf.price_per_hour / 3600 if inf else 0.0
+        if target.out_of_reach(floor, gpu_per_s, n_full):
+            skipped.append({"substrate": sub.name, "concurrency": c, "warm_pool": w, "hosts": h,
+                            "engines": inf.engines if inf else 0, "makespan_floor_s": floor})  # fmt: skip
+        else:
+            run.append(k)
+    results = run_many([scenarios[k] for k in run], executor, jobs, keep_records=True, progress=progress)
     rows = []
-    for (sub, c, w, h, n), res in zip(configs, results):
+    for k, res in zip(run, results):
+        sub, c, w, h, n = configs[k]
         rows.append(_project(res.summary.iloc[0], res, sub, c, w, h, n, n_full, max_failed))
-    table = pd.DataFrame(rows)
-    table["binding"] = [_binding(r, sub) for r, (sub, *_rest) in zip(table.itertuples(), configs)]
+    skipped = pd.DataFrame(skipped)
+    if not rows:
+        return Plan(target, pd.DataFrame(), None, None, max_failed=max_failed, skipped=skipped)
+    table = pd.DataFrame(rows, index=run)  # indexed by configuration
+    table["binding"] = [_binding(r, configs[k][0]) for r, k in zip(table.itertuples(), run)]
     ok = table[[target.met(r) for r in table.itertuples()]]
     order = ["makespan_s", "cost_usd"] if target.budget_usd is not None else ["cost_usd", "makespan_s"]
     size = min(n_full, 10 * sample) if check is None else min(check, n_full)
     # near misses are checked too: the sample's projection can be a few % off either way
     near = table[[target.near(r) and not target.met(r) for r in table.itertuples()]]
     if ok.empty and (size == 0 or near.empty):
-        return Plan(target, table, None, None, max_failed=max_failed)
+        return Plan(target, table, None, None, max_failed=max_failed, skipped=skipped)
     ranked = ok.sort_values(order)
     cands = pd.concat([ranked, near.sort_values(order)]).head(top)
     best = ranked.iloc[0] if len(ranked) else cands.iloc[0]
@@ -241,20 +286,34 @@ def plan(
         top_row, mine = checked.iloc[0], _row_of(checked, best)
         key = order[0]
         if not bool(top_row.meets):  # the verdict follows the check: nothing it checked holds
-            result = Plan(target, table, None, None, checked, max_failed, _name(best))
-            return result
+            return Plan(target, table, None, None, checked, max_failed, _name(best), skipped=skipped)
         # overturn the sample's winner only when the check separates them beyond their CIs
         better = top_row[key] + top_row[f"{key}_ci95"] < mine[key] - mine[f"{key}_ci95"]
         if not bool(mine.meets) or better:
             reranked = _name(best) if len(ranked) else None
             best = cands[[_name(r) == _name(top_row) for _, r in cands.iterrows()]].iloc[0]
     elif ok.empty:
-        return Plan(target, table, None, None, max_failed=max_failed)
-    result = Plan(target, table, best, best.binding, checked, max_failed, reranked)
+        return Plan(target, table, None, None, max_failed=max_failed, skipped=skipped)
+    result = Plan(target, table, best, best.binding, checked, max_failed, reranked, skipped=skipped)
     if sensitivity:
         result.sensitivity = _sensitivity(scn, target, concurrency, warm_pool, hosts, sample, executor, jobs,
                                           max_failed, sensitivity, best, engines)  # fmt: skip
     return result
+
+
+def makespan_floor(scn: Scenario, concurrency: int, n_full: int, jobs: int | None = None) -> float:
+    """Seconds under which ``n_full`` trajectories of ``scn`` (one substrate) cannot finish: its
+    ``concurrency`` slots each busy with one trajectory at a time, each holding its slot at least
+    for its own work alone (setup, generation unloaded, tool calls, reward; no start, exec
+    overhead, wait or retry), or its timeout. From the sample's own workload draw, which its
+    simulation then reuses."""
+    from ..validation.verdicts import resolved_fidelity
+
+    work = work_for(scn, 0, resolved_fidelity(scn) == "step", jobs or 1, scn.substrates[0])
+    own = work.setup + work.llm + work.tool + work.reward
+    if scn.policy.timeout:
+        own = np.minimum(own, scn.policy.timeout)
+    return n_full * float(own.mean()) / concurrency
 
 
 LATENCIES = ("cold_start", "warm_start", "exec_overhead", "teardown")

@@ -103,12 +103,39 @@ def test_plan_finds_the_cheapest_configuration_meeting_a_deadline():
     assert p.best.makespan_s <= 3600
     faster_ok = p.table[p.table.makespan_s <= 3600]
     assert p.best.cost_usd == faster_ok.cost_usd.min()
-    assert (p.table.makespan_s > 3600).any()  # too few workers miss it
+    # too few workers miss it: simulated over the deadline, or not simulated at all (their floor,
+    # every slot busy with its trajectories' own work alone, is beyond the deadline by 25%)
+    assert (p.table.makespan_s > 3600).any() or len(p.skipped)
+    assert list(p.skipped.concurrency) == [2, 4] and (p.skipped.makespan_floor_s > 3600 * 1.25).all()
+    assert "2 configuration(s) were not simulated" in p.describe()
+    frame = p.frame()
+    assert len(frame) == 6 and frame.simulated.sum() == 4 and frame.makespan_s.isna().sum() == 2
     # sandboxes bill a 60 s minimum per trajectory whatever the concurrency; GPUs bill the makespan
     assert p.best.concurrency == p.table.concurrency.max()
     assert "before the deadline" in p.describe()
     none = plan(scn, Goal(deadline_s=60), concurrency=[2, 4], sample=2000, jobs=1)
     assert none.best is None and none.describe().startswith("No configuration meets")
+
+
+def test_skipping_configurations_out_of_reach_changes_no_figure_of_the_others(monkeypatch):
+    """The same plan with every configuration simulated: the skipped ones miss the deadline (their
+    projection is over their floor), and the rest, the winner and the check are the same."""
+    from simrollout.whatif import planner
+
+    scn = scenario_from_dict(_plan_dict())
+    args = dict(concurrency=[2, 4, 8, 16, 32, 64], sample=2000, jobs=1, check=2000, top=2)
+    p = plan(scn, Goal(deadline_s=3600), **args)
+    monkeypatch.setattr(planner, "REACH", float("inf"))
+    every = plan(scn, Goal(deadline_s=3600), **args)
+    assert every.skipped.empty and len(every.table) == 6 and len(p.skipped) == 2
+    out = every.table[every.table.concurrency.isin(p.skipped.concurrency)]
+    assert (out.makespan_s > 3600).all() and (
+        out.makespan_s.values >= p.skipped.makespan_floor_s.values
+    ).all()
+    kept = every.table.loc[p.table.index]
+    pd.testing.assert_frame_equal(kept, p.table)
+    assert planner._name(p.best) == planner._name(every.best)
+    pd.testing.assert_frame_equal(p.check, every.check)
 
 
 def test_plan_names_the_binding_constraint():
