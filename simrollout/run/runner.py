@@ -22,8 +22,9 @@ from ..scenario import Scenario
 from ..sim.compiled import run_compiled
 from ..sim.metrics import aggregate, summarize
 from ..sim.model import Cell
-from ..sim.pilot_run import run_pilot
+from ..sim.pilot_run import run_pilot, slice_scenario
 from ..sim.records import Records
+from ..sim.serving_pilot import Pilot
 from ..sim.workload_draws import Work, draw_work, tool_sums_at_once
 from ..validation.verdicts import fidelity_choice, resolved_fidelity, unbacked
 
@@ -101,9 +102,10 @@ def run_cell(
     fid = resolved_fidelity(scn)
     sub = scn.substrates[key.substrate]
     work = work_for(scn, key.replication, fid == "step", sub=sub)
-    pilot = None
+    pilot = pilot_key = None
     if scn.workload.tokens is not None and fid != "step":  # the engines' load, from a pilot
-        pilot = run_pilot(scn, sub, key.concurrency, key.replication)
+        pilot_key = _pilot_key(scn, sub, key.concurrency, key.replication)
+        pilot = PILOTS.get(pilot_key) or run_pilot(scn, sub, key.concurrency, key.replication)
     if fid == "compiled":  # the trajectory engine's cell and draws, through the compiled loop
         cell = Cell(
             scn, sub, key.concurrency, key.replication, work, "trajectory", progress, sink, keep, pilot
@@ -142,9 +144,31 @@ def run_cell(
     # trajectories waited at once at multipliers drawn from a window of the steady state
     summary["one_wait_fraction"] = cell.steady.ran / cell.acc.n if cell.steady and cell.acc.n else 0.0
     summary["_compile"] = getattr(cell, "compile_seconds", 0.0)  # the compiled loop's, in this process
+    if pilot is not None:
+        summary["_pilot"] = (pilot_key, pilot)
     summary["_cdf"] = cell.acc.sketch["duration"].quantile(CDF_LEVELS)
     summary["_cold_cdf"] = cell.acc.sketch["cold_start"].quantile(CDF_LEVELS)
     return summary, rec
+
+
+# pilots run in this process or in its workers (handed back with their cells' summaries), by
+# their slice of the cluster and replication: a cell run again (a plan's check of its sample's
+# candidates) reuses its pilot, the same numbers for less
+PILOTS: dict[tuple, Pilot] = {}
+
+
+def _pilot_key(scn: Scenario, sub, concurrency: int, rep: int) -> tuple:
+    pscn, _ = slice_scenario(scn, sub, concurrency)
+    engines = scn.cluster.inference.engines  # the pilot's description names the whole cluster's
+    return json.dumps(pscn.model_dump(mode="json", by_alias=True), sort_keys=True), engines, concurrency, rep
+
+
+def _remember(pilot: tuple[tuple, Pilot] | None) -> None:
+    if pilot is None:
+        return
+    if len(PILOTS) >= 256:
+        PILOTS.pop(next(iter(PILOTS)))
+    PILOTS[pilot[0]] = pilot[1]
 
 
 def cell_keys(scn: Scenario) -> list[CellKey]:
@@ -160,6 +184,7 @@ def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]])
     rows, cdf, cold, steps, compile_s = [], {}, {}, [], 0.0
     for k, summary, _ in results:
         compile_s = max(compile_s, summary.pop("_compile", 0.0))
+        _remember(summary.pop("_pilot", None))
         cdf[k] = summary.pop("_cdf")
         cold[k] = summary.pop("_cold_cdf")
         for row in summary.pop("_steps", ()):

@@ -196,3 +196,27 @@ def test_failure_probability_grows_with_operations_in_flight():
     alone, crowded = failed_share(1), failed_share(16)
     assert alone == 0.0
     assert 0.3 < crowded < 0.55  # creates see up to 16 in flight on the one host
+
+
+def test_a_cell_run_again_reuses_its_serving_pilot_and_gives_the_same_numbers(monkeypatch):
+    """A pilot comes back with its cell's summary (from any worker) and serves the same slice of
+    the cluster again in this process: a plan's check of its sample's candidates."""
+    import importlib
+
+    from simrollout.validation.fidelity import Row, build
+
+    runner = importlib.import_module("simrollout.run.runner")
+    d = build(Row("async", "tier", "tokens"), 300, 8, 64)
+    runs = []
+    real = runner.run_pilot
+    monkeypatch.setattr(runner, "run_pilot", lambda *a: runs.append(a) or real(*a))
+    monkeypatch.setattr(runner, "PILOTS", {})
+    scn = scenario_from_dict({**d, "fidelity": "trajectory"})
+    first = run_scenario(scn, jobs=1).summary
+    assert len(runs) == 1 and len(runner.PILOTS) == 1
+    again = run_scenario(scenario_from_dict({**d, "fidelity": "trajectory"}), jobs=1).summary
+    assert len(runs) == 1  # not run again
+    pd.testing.assert_frame_equal(first, again)
+    other = scenario_from_dict({**d, "fidelity": "trajectory", "seed": 6})
+    run_scenario(other, jobs=1)
+    assert len(runs) == 2  # another slice (here its seed) runs its own
