@@ -83,10 +83,19 @@ def work_for(scn: Scenario, rep: int, detail: bool, jobs: int = 1, sub=None) -> 
     summed = tool_sums_at_once(scn, detail)
     key = (*_work_key(scn, rep, detail, sub), summed)
     if key not in _WORK:
-        if len(_WORK) >= 4:
+        work = draw_work(scn, rep, detail, jobs, sub, summed)
+        # the latest four, and more while they fit in _WORK_BYTES (the oldest leaves first)
+        while len(_WORK) >= 4 and sum(map(_nbytes, _WORK.values())) + _nbytes(work) > _WORK_BYTES:
             _WORK.pop(next(iter(_WORK)))
-        _WORK[key] = draw_work(scn, rep, detail, jobs, sub, summed)
+        _WORK[key] = work
     return _WORK[key]
+
+
+_WORK_BYTES = 2**30  # workloads kept for the cells still to run (a plan's samples: a few MB each)
+
+
+def _nbytes(work: Work) -> int:
+    return sum(getattr(v, "nbytes", 0) for v in vars(work).values())
 
 
 def run_cell(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import re
 from dataclasses import dataclass
 
@@ -309,7 +310,7 @@ def makespan_floor(scn: Scenario, concurrency: int, n_full: int, jobs: int | Non
     simulation then reuses."""
     from ..validation.verdicts import resolved_fidelity
 
-    work = work_for(scn, 0, resolved_fidelity(scn) == "step", jobs or 1, scn.substrates[0])
+    work = work_for(scn, 0, resolved_fidelity(scn) == "step", jobs or os.cpu_count() or 1, scn.substrates[0])
     own = work.setup + work.llm + work.tool + work.reward
     if scn.policy.timeout:
         own = np.minimum(own, scn.policy.timeout)
