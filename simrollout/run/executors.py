@@ -105,7 +105,12 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
     done = 0
     pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_ignore_interrupts)
     try:
-        futures = [pool.submit(_local_task, i, k, keep, records_dir) for i, k in tasks]
+        # the longest first (then no long cell starts last while the other workers idle); the
+        # results keep the tasks' order
+        order = sorted(range(len(tasks)), key=lambda t: -_cost(scenarios[tasks[t][0]], tasks[t][1]))
+        futures = [None] * len(tasks)
+        for t in order:
+            futures[t] = pool.submit(_local_task, *tasks[t], keep, records_dir)
         while not all(f.done() for f in futures):
             try:
                 done += q.get(timeout=0.2)
@@ -124,6 +129,12 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
         raise
     finally:
         _SHARED.clear()
+
+
+def _cost(scn: Scenario, key: CellKey) -> float:
+    """A cell's work, roughly: its steps, and a serving pilot's by its concurrency."""
+    steps = scn.trajectories * scn.workload.steps.mean()
+    return steps + (key.concurrency * 1000.0 if scn.workload.tokens is not None else 0.0)
 
 
 def _draw_all(scenarios: list[Scenario], tasks, jobs: int) -> None:
