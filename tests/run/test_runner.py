@@ -24,6 +24,13 @@ def with_(scn, **over):
     return scenario_from_dict(d)
 
 
+def per_call(scn):
+    """``scn`` drawing its tool latencies call by call, as the step engine does (the fidelities
+    compared on the same tool work)."""
+    scn._tools_per_call = True
+    return scn
+
+
 @pytest.mark.slow
 def test_same_seed_same_numbers_and_parallel_equals_serial(small):
     scn = with_(small, fidelity="trajectory")
@@ -54,7 +61,9 @@ def test_workload_is_common_across_substrates_and_concurrency(small):
 def test_fidelities_agree_on_a_small_uncontended_run(small):
     kw = dict(cluster={"concurrency": 64, "inference": {"engines": 64}}, policy={"mode": "async"})
     step = run_scenario(with_(small, fidelity="step", **kw), jobs=1).summary.set_index("substrate")
-    traj = run_scenario(with_(small, fidelity="trajectory", **kw), jobs=1).summary.set_index("substrate")
+    traj = run_scenario(per_call(with_(small, fidelity="trajectory", **kw)), jobs=1).summary.set_index(
+        "substrate"
+    )
     for m, tol in [("worker_hours", 0.005), ("makespan_hours", 0.01), ("duration_p99", 0.02)]:
         assert np.allclose(traj[m], step[m], rtol=tol), (m, traj[m], step[m])
 
@@ -64,7 +73,9 @@ def test_fidelities_agree_with_a_saturated_inference_tier(small):
     kw = dict(cluster={"concurrency": 128, "inference": {"engines": 4, "slowdown": 0.05}})
     step_run = run_scenario(with_(small, fidelity="step", **kw), jobs=1)
     step = step_run.summary.set_index("substrate")
-    traj = run_scenario(with_(small, fidelity="trajectory", **kw), jobs=1).summary.set_index("substrate")
+    traj = run_scenario(per_call(with_(small, fidelity="trajectory", **kw)), jobs=1).summary.set_index(
+        "substrate"
+    )
     # saturated: generation runs well over its unloaded time
     rec = next(iter(step_run.records.values()))
     unloaded = draw_work(step_run.scenario, 0).llm
