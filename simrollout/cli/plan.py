@@ -169,8 +169,7 @@ def _conclude_plan(result, out: Path | None, extra: str | None = None) -> None:
         typer.echo(extra)
     if out is not None:
         with atomic_file(out) as tmp:
-            frame = result.frame() if hasattr(result, "frame") else result.table  # a training plan: its table
-            frame.to_csv(tmp, index=False)
+            result.frame().to_csv(tmp, index=False)
     if result.best is None:
         raise typer.Exit(1)
 

@@ -51,6 +51,11 @@ class _Base(BaseModel):
     def ppf(self, q):
         return self.frozen.ppf(q)
 
+    def sample_above(self, rng: np.random.Generator, size: int, x: float) -> np.ndarray:
+        """``size`` draws given that they exceed ``x`` (by the quantile function)."""
+        below = float(np.asarray(self.cdf(x)))
+        return np.maximum(np.asarray(self.ppf(below + (1.0 - below) * rng.random(size)), dtype=np.float64), x)
+
     def _check(self) -> None:
         """This kind's own checks of its parameters (shape, count, order); they run first, before
         any mean or quantile is computed from them. Raise ValueError to refuse."""

@@ -97,12 +97,7 @@ class NFold:
         out = body * (self.lo + self.h / 2) + index * self.h
         tails = int(k.sum())
         if tails:
-            if hasattr(self.dist, "sample_above"):  # a mixture: its ppf inverts one value at a time
-                x = self.dist.sample_above(rng, tails, self.split)
-            else:
-                v = rng.random(tails)
-                x = np.asarray(self.dist.ppf(self.below + (1.0 - self.below) * v), dtype=np.float64)
-                x = np.maximum(x, self.split)
+            x = self.dist.sample_above(rng, tails, self.split)
             owner = np.repeat(np.arange(len(m)), k)
             np.add.at(out, owner, x)
         return out

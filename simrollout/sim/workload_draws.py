@@ -92,7 +92,11 @@ def tool_sums_at_once(scn: Scenario, step: bool) -> bool:
 
 def _calls(scn: Scenario, rng: np.random.Generator, n: int, speed: np.ndarray | None) -> np.ndarray:
     """``n`` tool calls' latencies, one by one."""
-    call_tool, which = tool_mixture(scn).sample_which(rng, n)
+    return _as_run(scn, *tool_mixture(scn).sample_which(rng, n), speed)
+
+
+def _as_run(scn: Scenario, call_tool: np.ndarray, which: np.ndarray, speed: np.ndarray | None) -> np.ndarray:
+    """Calls' latencies (each of tool or category ``which``) as this substrate and harness run them."""
     if speed is not None:  # this substrate runs each category's commands faster or slower
         call_tool = call_tool * speed[which]
     if scn.workload.tool_timeout:  # the harness cuts a tool call here and returns an error to the agent
@@ -192,10 +196,7 @@ def _draw_chunk(
         reward = wl.reward.sample(rng, m) if wl.reward else np.zeros(m)
     if wl.replay is not None:
         summed = False
-        if speed is not None:  # this substrate runs each category's commands faster or slower
-            call_tool = call_tool * speed[which]
-        if wl.tool_timeout:  # the harness cuts a tool call here and returns an error to the agent
-            call_tool = np.minimum(call_tool, wl.tool_timeout)
+        call_tool = _as_run(scn, call_tool, which, speed)
     calls = _sum_by(step_calls, steps).astype(np.int64)
     llm = _sum_by(step_llm, steps)
     if summed:

@@ -34,6 +34,10 @@ class TrainingPlan:
     check: pd.DataFrame | None = None
     max_failed: float = 0.001
 
+    def frame(self) -> pd.DataFrame:
+        """Every configuration (each is simulated)."""
+        return self.table
+
     def describe(self) -> str:
         if self.best is None:
             fastest = self.table.sort_values("steps_per_day", ascending=False).iloc[0]
