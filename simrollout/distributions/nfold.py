@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 from scipy.signal import fftconvolve
 
 _TAILS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)  # the share above the split, drawn exactly: the first
@@ -45,6 +46,7 @@ class NFold:
                 break
         self.const = hi <= self.lo  # a constant (or as good as one below the split)
         self.tables: list[tuple[int, np.ndarray]] = []  # per j: (first index, CDF of the 2^j-fold index)
+        self.guides: list[np.ndarray] = []  # per j: where each of len(CDF) equal steps of u begins
         if self.const:
             self.h, self.split, self.tail = 0.0, self.lo, 0.0
             return
@@ -79,6 +81,7 @@ class NFold:
             c /= c[-1]
             c[-1] = 1.0
             self.tables.append((off + first, c))
+            self.guides.append(np.searchsorted(c, np.arange(c.size) / c.size, side="left"))
         return self.tables[j]
 
     def sample(self, rng: np.random.Generator, m: np.ndarray) -> np.ndarray:
@@ -91,9 +94,8 @@ class NFold:
         index = np.zeros(len(m), dtype=np.int64)
         for j in range(int(body.max(initial=0)).bit_length()):
             u = rng.random(len(m))
-            on = np.flatnonzero((body >> j) & 1)
             off, cdf = self._table(j)
-            index[on] += off + np.searchsorted(cdf, u[on], side="left")
+            _add_index(index, body, j, u, off, cdf, self.guides[j])
         out = body * (self.lo + self.h / 2) + index * self.h
         tails = int(k.sum())
         if tails:
@@ -101,6 +103,21 @@ class NFold:
             owner = np.repeat(np.arange(len(m)), k)
             np.add.at(out, owner, x)
         return out
+
+
+@njit(cache=True, _nrt=False)
+def _add_index(index, body, j, u, off, cdf, guide):
+    """``index[k] += off + searchsorted(cdf, u[k], "left")`` where bit ``j`` of ``body[k]`` is set,
+    each search started from the guide (the first index whose CDF reaches the step below ``u``)."""
+    size = cdf.size
+    for k in range(index.size):
+        if (body[k] >> j) & 1:
+            x = u[k]
+            b = int(x * size)
+            i = guide[b - 1 if b > 0 else 0]  # one step below: x * size may have rounded up
+            while cdf[i] < x:
+                i += 1
+            index[k] += off + i
 
 
 _CACHE: dict[str, NFold] = {}

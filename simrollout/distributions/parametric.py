@@ -78,7 +78,11 @@ class Lognormal(_Shifted):
 
     def sample(self, rng, size):
         mu, sigma = self.params
-        return self.loc + np.exp(mu + sigma * rng.standard_normal(size, dtype=np.float32))
+        x = rng.standard_normal(size, dtype=np.float32)
+        x *= sigma  # in place, in float32: loc + exp(mu + sigma x) to the bit, without temporaries
+        x += mu
+        np.exp(x, out=x)
+        return x + self.loc if self.loc else x
 
 
 class Gamma(_Shifted):

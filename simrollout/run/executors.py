@@ -14,7 +14,17 @@ from ..errors import InputError
 from ..scenario import Scenario
 from ..sim.workload_draws import check_memory
 from ..validation.verdicts import resolved_fidelity
-from .runner import CellKey, RunResult, assemble, cell_keys, run_cell, work_for
+from .runner import (
+    CellKey,
+    RunResult,
+    assemble,
+    cell_keys,
+    needs_pilot,
+    pilot_for,
+    remember,
+    run_cell,
+    work_for,
+)
 from .trajectory_files import sink_for
 
 EXECUTORS = ("local", "serial", "ray")
@@ -79,8 +89,8 @@ def run_many(
     if executor == "ray":
         out = _run_ray(scenarios, tasks, keep_records, progress, total, address, records_dir)
     elif executor == "serial" or jobs == 1:
-        if executor != "serial":  # one cell: its workload drawn on every core first
-            _draw_all(scenarios, tasks, cores)
+        if executor != "serial":  # one cell: its workload drawn (and its pilot run) on every core first
+            _prepare(scenarios, tasks, cores)
         done = [0]
 
         def tick(k: int) -> None:
@@ -101,7 +111,7 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     _SHARED.update(scenarios=scenarios, queue=q)
-    _draw_all(scenarios, tasks, jobs)
+    _prepare(scenarios, tasks, jobs)
     done = 0
     pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_ignore_interrupts)
     try:
@@ -122,13 +132,16 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
         pool.shutdown()
         return out
     except BaseException:
-        # Ctrl-C, SIGTERM or a failed cell: end the workers now rather than wait for their cells
-        for proc in list(getattr(pool, "_processes", {}).values()):
-            proc.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
+        _stop(pool)  # Ctrl-C, SIGTERM or a failed cell: end the workers now, not after their cells
         raise
     finally:
         _SHARED.clear()
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    for proc in list(getattr(pool, "_processes", {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _cost(scn: Scenario, key: CellKey) -> float:
@@ -137,12 +150,38 @@ def _cost(scn: Scenario, key: CellKey) -> float:
     return steps + (key.concurrency * 1000.0 if scn.workload.tokens is not None else 0.0)
 
 
-def _draw_all(scenarios: list[Scenario], tasks, jobs: int) -> None:
-    """Draw each distinct workload once, in ``jobs`` processes, before the cells run (forked
-    workers inherit it)."""
+def _prepare(scenarios: list[Scenario], tasks, jobs: int) -> None:
+    """Before the cells run (forked workers inherit both): draw each distinct workload once and
+    run each serving pilot, in ``jobs`` processes at once — the pilots first, the workloads'
+    chunks filling in around them (a pilot alone would leave a core idle)."""
+    pilots = {}  # a cell's pilot key: the first cell of it
+    for i, key in tasks:
+        if needs_pilot(scenarios[i]):
+            pilots.setdefault((i, key.substrate, key.concurrency, key.replication), (i, key))
+    if jobs == 1 or not pilots:
+        return _draw_all(scenarios, tasks, jobs)
+    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts)
+    try:
+        running = [pool.submit(_pilot_task, scenarios[i], key) for i, key in pilots.values()]
+        _draw_all(scenarios, tasks, jobs, pool)
+        for f in running:
+            remember(f.result())
+        pool.shutdown()
+    except BaseException:
+        _stop(pool)
+        raise
+
+
+def _pilot_task(scn: Scenario, key: CellKey):
+    return pilot_for(scn, key)
+
+
+def _draw_all(scenarios: list[Scenario], tasks, jobs: int, pool=None) -> None:
+    """Draw each distinct workload once, in ``jobs`` processes (or ``pool``), before the cells
+    run (forked workers inherit it)."""
     for i, key in tasks:
         s = scenarios[i]
-        work_for(s, key.replication, resolved_fidelity(s) == "step", jobs, s.substrates[key.substrate])
+        work_for(s, key.replication, resolved_fidelity(s) == "step", jobs, s.substrates[key.substrate], pool)
 
 
 def _ignore_interrupts() -> None:

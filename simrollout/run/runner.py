@@ -76,14 +76,14 @@ def _work_key(scn: Scenario, rep: int, detail: bool, sub=None) -> tuple:
     )
 
 
-def work_for(scn: Scenario, rep: int, detail: bool, jobs: int = 1, sub=None) -> Work:
+def work_for(scn: Scenario, rep: int, detail: bool, jobs: int = 1, sub=None, pool=None) -> Work:
     """The workload of replication ``rep``; with a substrate that has ``tool_speed`` factors,
-    its own (the same draws, its tool latencies scaled)."""
+    its own (the same draws, its tool latencies scaled). ``pool``: draw its chunks there."""
     sub = sub if sub is not None and sub.tool_speed else None
     summed = tool_sums_at_once(scn, detail)
     key = (*_work_key(scn, rep, detail, sub), summed)
     if key not in _WORK:
-        work = draw_work(scn, rep, detail, jobs, sub, summed)
+        work = draw_work(scn, rep, detail, jobs, sub, summed, pool)
         # the latest four, and more while they fit in _WORK_BYTES (the oldest leaves first)
         while len(_WORK) >= 4 and sum(map(_nbytes, _WORK.values())) + _nbytes(work) > _WORK_BYTES:
             _WORK.pop(next(iter(_WORK)))
@@ -112,9 +112,8 @@ def run_cell(
     sub = scn.substrates[key.substrate]
     work = work_for(scn, key.replication, fid == "step", sub=sub)
     pilot = pilot_key = None
-    if scn.workload.tokens is not None and fid != "step":  # the engines' load, from a pilot
-        pilot_key = _pilot_key(scn, sub, key.concurrency, key.replication)
-        pilot = PILOTS.get(pilot_key) or run_pilot(scn, sub, key.concurrency, key.replication)
+    if needs_pilot(scn):  # the engines' load, from a pilot
+        pilot_key, pilot = pilot_for(scn, key)
     if fid == "compiled":  # the trajectory engine's cell and draws, through the compiled loop
         cell = Cell(
             scn, sub, key.concurrency, key.replication, work, "trajectory", progress, sink, keep, pilot
@@ -166,13 +165,26 @@ def run_cell(
 PILOTS: dict[tuple, Pilot] = {}
 
 
+def needs_pilot(scn: Scenario) -> bool:
+    """Whether the scenario's cells take the engines' load from a serving pilot."""
+    return scn.workload.tokens is not None and resolved_fidelity(scn) != "step"
+
+
+def pilot_for(scn: Scenario, key: CellKey) -> tuple[tuple, Pilot]:
+    """The serving pilot of a cell, and its key: the one run before (:data:`PILOTS`), or run now."""
+    sub = scn.substrates[key.substrate]
+    pilot_key = _pilot_key(scn, sub, key.concurrency, key.replication)
+    return pilot_key, PILOTS.get(pilot_key) or run_pilot(scn, sub, key.concurrency, key.replication)
+
+
 def _pilot_key(scn: Scenario, sub, concurrency: int, rep: int) -> tuple:
     pscn, _ = slice_scenario(scn, sub, concurrency)
     engines = scn.cluster.inference.engines  # the pilot's description names the whole cluster's
     return json.dumps(pscn.model_dump(mode="json", by_alias=True), sort_keys=True), engines, concurrency, rep
 
 
-def _remember(pilot: tuple[tuple, Pilot] | None) -> None:
+def remember(pilot: tuple[tuple, Pilot] | None) -> None:
+    """Keep a pilot run elsewhere (a worker) for the cells that run it again."""
     if pilot is None:
         return
     if len(PILOTS) >= 256:
@@ -193,7 +205,7 @@ def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]])
     rows, cdf, cold, steps, compile_s = [], {}, {}, [], 0.0
     for k, summary, _ in results:
         compile_s = max(compile_s, summary.pop("_compile", 0.0))
-        _remember(summary.pop("_pilot", None))
+        remember(summary.pop("_pilot", None))
         cdf[k] = summary.pop("_cdf")
         cold[k] = summary.pop("_cold_cdf")
         for row in summary.pop("_steps", ()):

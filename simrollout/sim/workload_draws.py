@@ -187,8 +187,12 @@ def _draw_chunk(
         # with a token workload, a turn's time alone on an engine (the serving engines add the load)
         step_llm = wl.llm_time.sample(rng, n_steps) if wl.llm_time is not None else None
         if wl.tokens is not None:  # own stream: the other draws stay as they are
-            tok = _tokens(wl.tokens, stream(scn.seed, rep, "tokens", c), m, n_steps)
-            step_llm = unloaded_turns(tok, steps, scn.cluster.inference.engine, wl.tokens.max_context)
+            trng, engine = stream(scn.seed, rep, "tokens", c), scn.cluster.inference.engine
+            if detail:
+                tok = _tokens(wl.tokens, trng, m, n_steps)
+                step_llm = unloaded_turns(tok, steps, engine, wl.tokens.max_context)
+            else:  # the same turns, their counts rounded where their seconds are computed
+                step_llm = _drawn_turns(wl.tokens, trng, steps, n_steps, engine)
         step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
         summed = summed and not detail
         call_tool = None if summed else _calls(scn, rng, int(step_calls.sum()), speed)
@@ -243,6 +247,22 @@ def _tokens(tok, rng: np.random.Generator, m: int, n_steps: int) -> dict[str, np
     }
 
 
+def _drawn(d, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` draws of a count as drawn, before ``_counts`` rounds them (a constant: its one value)."""
+    x = np.array([d.value]) if isinstance(d, Constant) else np.asarray(d.sample(rng, n))
+    return x if np.issubdtype(x.dtype, np.floating) else x.astype(np.float64)
+
+
+def _drawn_turns(tok, rng: np.random.Generator, steps: np.ndarray, n_steps: int, engine) -> np.ndarray:
+    """:func:`unloaded_turns` of :func:`_tokens`' counts (the same draws, in its order), in one
+    compiled pass that rounds them as it goes."""
+    from .turn_seconds import turn_seconds_drawn
+
+    prompt = _counts(tok.prompt, rng, len(steps), 0)
+    append, output = _drawn(tok.appended, rng, n_steps), _drawn(tok.output, rng, n_steps)
+    return turn_seconds_drawn(steps, prompt, append, output, n_steps, tok.max_tokens, engine, tok.max_context)
+
+
 def unloaded_turns(
     tok: dict[str, np.ndarray], steps: np.ndarray, engine, max_context: int | None
 ) -> np.ndarray:
@@ -289,11 +309,13 @@ def draw_work(
     jobs: int = 1,
     sub: Substrate | None = None,
     summed: bool = False,
+    pool=None,
 ) -> Work:
-    """Draw every trajectory's workload for replication ``rep`` (chunks in ``jobs`` processes),
-    filling preallocated arrays as chunks arrive so the peak is the result plus a few chunks.
-    ``sub``: apply its tool speed factors (the other draws are the same on every substrate);
-    ``summed``: tool latency sums drawn at once (:func:`sums_at_once`)."""
+    """Draw every trajectory's workload for replication ``rep`` (chunks in ``jobs`` processes,
+    or in ``pool``, an executor already running), filling preallocated arrays as chunks arrive so
+    the peak is the result plus a few chunks. ``sub``: apply its tool speed factors (the other
+    draws are the same on every substrate); ``summed``: tool latency sums drawn at once
+    (:func:`sums_at_once`)."""
     n = scn.trajectories
     chunks = range(-(-n // CHUNK))
     draw = partial(_draw_chunk, scn, rep, detail, speed=tool_speeds(scn, sub), summed=summed)
@@ -313,7 +335,10 @@ def draw_work(
             details[k].append(part[k])
         kept.update(part["kept"])
 
-    if jobs > 1 and len(chunks) > 1:
+    if pool is not None and len(chunks) > 1:
+        for c, part in zip(chunks, pool.map(draw, chunks)):
+            take(c, part)
+    elif jobs > 1 and len(chunks) > 1:
         with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
             for c, part in zip(chunks, pool.map(draw, chunks)):
                 take(c, part)

@@ -113,3 +113,24 @@ def test_a_mixtures_quantile_is_the_least_value_reaching_it():
     assert np.all(d.cdf(x) >= q - 1e-12) and np.all(d.cdf(x * (1 - 1e-9)) < q + 1e-12)
     assert x[2] == pytest.approx(1.0, abs=1e-9)  # the constant's jump holds the quartile
     assert float(d.ppf(0.75)) == pytest.approx(float(d.components[1].dist.ppf(0.5)), rel=1e-9)
+
+
+@pytest.mark.parametrize("spec", [{"kind": "exponential", "mean": 1.0},
+                                  {"kind": "lognormal", "median": 0.05, "p99": 0.4},
+                                  {"kind": "empirical", "quantiles": {0.5: 0.043, 0.9: 0.47}}])  # fmt: skip
+def test_the_guided_search_finds_the_cells_a_binary_search_finds(spec):
+    """Each table's draw starts from its guide; the cells must be searchsorted's, to the bit."""
+    from simrollout.distributions.nfold import _add_index
+
+    nf = NFold(parse_dist(spec))
+    rng = np.random.default_rng(11)
+    body = rng.integers(0, 512, 50_000)
+    for j in range(9):
+        off, cdf = nf._table(j)
+        u = np.concatenate([rng.random(body.size - 3), [0.0, np.nextafter(1.0, 0.0), cdf[cdf.size // 2]]])
+        got = np.zeros(body.size, dtype=np.int64)
+        _add_index(got, body, j, u, off, cdf, nf.guides[j])
+        on = np.flatnonzero((body >> j) & 1)
+        want = np.zeros(body.size, dtype=np.int64)
+        want[on] = off + np.searchsorted(cdf, u[on], side="left")
+        assert np.array_equal(got, want)

@@ -231,3 +231,26 @@ def test_a_cell_run_again_reuses_its_serving_pilot_and_gives_the_same_numbers(mo
     other = scenario_from_dict({**d, "fidelity": "trajectory", "seed": 6})
     run_scenario(other, jobs=1)
     assert len(runs) == 2  # another slice (here its seed) runs its own
+
+
+def test_pilots_run_beside_the_workload_draw_give_the_cells_numbers_run_alone(monkeypatch):
+    """Local workers run every cell's pilot while the workload's chunks are drawn, before the cells
+    (which then find them): the same numbers as cells that run their own pilots one by one."""
+    import importlib
+
+    from simrollout.validation.fidelity import Row, build
+
+    runner = importlib.import_module("simrollout.run.runner")
+    monkeypatch.setattr(runner, "PILOTS", {})
+    d = build(Row("async", "tier", "tokens"), 70_000, 6, 64)  # three chunks of workload
+    d["cluster"]["concurrency"] = [32, 64]
+    scn = scenario_from_dict({**d, "fidelity": "compiled"})
+    executors = importlib.import_module("simrollout.run.executors")
+    executors._prepare([scn], [(0, k) for k in runner.cell_keys(scn)], 2)
+    assert len(runner.PILOTS) == 2 and len(runner._WORK) == 1  # before any cell ran
+    both = run_scenario(scn, jobs=2, keep_records=False).cells
+    monkeypatch.setattr(runner, "PILOTS", {})
+    monkeypatch.setattr(runner, "_WORK", {})
+    alone = run_scenario(scn, executor="serial", keep_records=False).cells
+    pd.testing.assert_frame_equal(both, alone)
+    assert both.engine_busy_fraction.gt(0).all()

@@ -59,3 +59,31 @@ def test_turn_seconds_are_the_former_formula_to_the_bit(iteration, max_context):
     want = _by_turn_index(steps, prompt, append, output, engine, max_context)
     assert np.array_equal(got, want)
     assert (np.diff(got) != 0).any() and got.min() > 0
+
+
+@pytest.mark.parametrize("max_tokens", [None, 300])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_turns_of_counts_as_drawn_round_them_as_the_workload_does(dtype, max_tokens):
+    """The fused pass rounds each draw as ``_counts`` does (half to even, at least 0 appended and
+    1 out, the output capped): the same seconds as the rounded counts, to the bit; a constant is
+    one value for every turn."""
+    from simrollout.sim.turn_seconds import turn_seconds_drawn
+
+    engine = Engine(iteration=ITERATIONS["cpu-cached"], kv_capacity_tokens=40_000, max_batch_tokens=512,
+                    overhead=0.004)  # fmt: skip
+    rng = np.random.default_rng(5)
+    steps = rng.integers(0, 40, 300)
+    n = int(steps.sum())
+    prompt = rng.integers(0, 3_000, 300)
+    append = np.concatenate([rng.lognormal(6, 1.5, n - 4), [-3.0, 0.5, 1.5, 2.5]]).astype(dtype)
+    output = np.concatenate([rng.lognormal(4, 1.0, n - 3), [0.2, 0.5, 7.5]]).astype(dtype)
+
+    def rounded(x, lo):
+        return np.maximum(np.rint(x).astype(np.int64), lo)
+
+    out = rounded(output, 1) if max_tokens is None else np.minimum(rounded(output, 1), max_tokens)
+    want = turn_seconds(steps, prompt, rounded(append, 0), out, engine, 9_000)
+    got = turn_seconds_drawn(steps, prompt, append, output, n, max_tokens, engine, 9_000)
+    assert np.array_equal(got, want)
+    const = turn_seconds_drawn(steps, prompt, np.array([600.0]), output, n, max_tokens, engine, 9_000)
+    assert np.array_equal(const, turn_seconds(steps, prompt, np.full(n, 600), out, engine, 9_000))
