@@ -104,6 +104,7 @@ def turn_seconds_drawn(
     at least 0, output at least 1 and at most ``max_tokens``)."""
     out = np.empty(n_steps)
     steps, prompt = np.ascontiguousarray(steps, dtype=np.int64), np.ascontiguousarray(prompt, dtype=np.int64)
-    _turns_drawn(steps, _offsets(steps), prompt, append, append.size == n_steps, output, output.size == n_steps,
-                 max_tokens or _I64, *_engine_args(engine, max_context), out)  # fmt: skip
+    every = (append.size == n_steps, output.size == n_steps)  # else one value for every turn
+    _turns_drawn(steps, _offsets(steps), prompt, append, every[0], output, every[1], max_tokens or _I64,
+                 *_engine_args(engine, max_context), out)  # fmt: skip
     return out
