@@ -40,6 +40,7 @@ import numpy as np
 import simpy
 
 from ..scenario import Engine, Inference
+from .waits import first_of
 
 
 class Request:
@@ -226,7 +227,7 @@ class ServingEngine:
                 continue
             decodes = [r for r in self.running if r.prefill_left == 0]
             prefills = [r for r in self.running if r.prefill_left > 0]
-            d, ctx = len(decodes), sum(r.ctx for r in decodes)
+            d, ctx = len(decodes), sum([r.ctx for r in decodes])
             if prefills:  # one iteration with a chunk of prefill
                 budget, alloc, pairs, cached = max(self.spec.max_batch_tokens - d, 0), [], 0.0, 0.0
                 for r in prefills:
@@ -255,9 +256,10 @@ class ServingEngine:
             t0, slope = it(0, d, ctx), it.per_context_token * d
             start = env.now
             self._wake = env.event()
-            yield env.timeout(_run_time(k, t0, slope)) | self._wake
+            run = _run_time(k, t0, slope)
+            yield first_of(env, env.timeout(run), self._wake)
             done = k
-            if env.now < start + _run_time(k, t0, slope):  # a request came: stop at the next boundary
+            if env.now < start + run:  # a request came: stop at the next boundary
                 done = min(_iterations_by(env.now - start, t0, slope) + 1, k)
                 yield env.timeout(max(start + _run_time(done, t0, slope) - env.now, 0.0))
             self._step(decodes, done, env.now - start)

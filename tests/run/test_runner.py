@@ -242,6 +242,7 @@ def test_pilots_run_beside_the_workload_draw_give_the_cells_numbers_run_alone(mo
 
     runner = importlib.import_module("simrollout.run.runner")
     monkeypatch.setattr(runner, "PILOTS", {})
+    monkeypatch.setattr(runner, "_WORK", {})
     d = build(Row("async", "tier", "tokens"), 70_000, 6, 64)  # three chunks of workload
     d["cluster"]["concurrency"] = [32, 64]
     scn = scenario_from_dict({**d, "fidelity": "compiled"})
