@@ -89,8 +89,9 @@ def run_many(
     if executor == "ray":
         out = _run_ray(scenarios, tasks, keep_records, progress, total, address, records_dir)
     elif executor == "serial" or jobs == 1:
-        if executor != "serial":  # one cell: its workload drawn (and its pilot run) on every core first
-            _prepare(scenarios, tasks, cores)
+        # one cell: its workload drawn (and its pilot run) on every core, a compiled cell's loop
+        # taking the chunks as they come
+        pool = _prepare(scenarios, tasks, cores, stream=len(tasks) == 1) if executor != "serial" else None
         done = [0]
 
         def tick(k: int) -> None:
@@ -98,7 +99,15 @@ def run_many(
             if progress is not None:
                 progress(done[0], total)
 
-        out = [(i, k, *_cell(scenarios[i], k, keep_records, records_dir, tick)) for i, k in tasks]
+        try:
+            out = [(i, k, *_cell(scenarios[i], k, keep_records, records_dir, tick)) for i, k in tasks]
+        except BaseException:
+            if pool is not None:
+                _stop(pool)
+                _forget_unfinished()
+            raise
+        if pool is not None:
+            pool.shutdown()
     else:
         out = _run_local(scenarios, tasks, keep_records, progress, total, jobs, records_dir)
     per: list[list] = [[] for _ in scenarios]
@@ -150,38 +159,56 @@ def _cost(scn: Scenario, key: CellKey) -> float:
     return steps + (key.concurrency * 1000.0 if scn.workload.tokens is not None else 0.0)
 
 
-def _prepare(scenarios: list[Scenario], tasks, jobs: int) -> None:
+def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) -> ProcessPoolExecutor | None:
     """Before the cells run (forked workers inherit both): draw each distinct workload once and
     run each serving pilot, in ``jobs`` processes at once — the pilots first, the workloads'
-    chunks filling in around them (a pilot alone would leave a core idle)."""
+    chunks filling in around them (a pilot alone would leave a core idle). ``stream`` (one
+    compiled cell, run in this process): return once the pilot ran, the workload's chunks still
+    being drawn by the pool returned (the loop takes them as they come; shut it down after)."""
     pilots = {}  # a cell's pilot key: the first cell of it
     for i, key in tasks:
         if needs_pilot(scenarios[i]):
             pilots.setdefault((i, key.substrate, key.concurrency, key.replication), (i, key))
-    if jobs == 1 or not pilots:
-        return _draw_all(scenarios, tasks, jobs)
+    stream = stream and all(resolved_fidelity(scenarios[i]) == "compiled" for i, _ in tasks)
+    if jobs == 1 or not (pilots or stream):
+        _draw_all(scenarios, tasks, jobs)
+        return None
     pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts)
     try:
         running = [pool.submit(_pilot_task, scenarios[i], key) for i, key in pilots.values()]
-        _draw_all(scenarios, tasks, jobs, pool)
+        _draw_all(scenarios, tasks, jobs, pool, background=stream)
         for f in running:
             remember(f.result())
+        if stream:
+            return pool
         pool.shutdown()
+        return None
     except BaseException:
         _stop(pool)
+        _forget_unfinished()
         raise
+
+
+def _forget_unfinished() -> None:
+    """Drop the cached workloads a stopped pool left half drawn."""
+    from . import runner
+
+    for key, work in list(runner._WORK.items()):
+        if work.filling is not None and not work.filling.complete:
+            runner._WORK.pop(key)
 
 
 def _pilot_task(scn: Scenario, key: CellKey):
     return pilot_for(scn, key)
 
 
-def _draw_all(scenarios: list[Scenario], tasks, jobs: int, pool=None) -> None:
-    """Draw each distinct workload once, in ``jobs`` processes (or ``pool``), before the cells
-    run (forked workers inherit it)."""
+def _draw_all(scenarios: list[Scenario], tasks, jobs: int, pool=None, background: bool = False) -> None:
+    """Draw each distinct workload once, in ``jobs`` processes (or ``pool``, in the ``background``),
+    before the cells run (forked workers inherit it)."""
     for i, key in tasks:
         s = scenarios[i]
-        work_for(s, key.replication, resolved_fidelity(s) == "step", jobs, s.substrates[key.substrate], pool)
+        sub = s.substrates[key.substrate]
+        work_for(s, key.replication, resolved_fidelity(s) == "step", jobs, sub, pool, background)
 
 
 def _ignore_interrupts() -> None:

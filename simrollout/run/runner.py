@@ -76,14 +76,17 @@ def _work_key(scn: Scenario, rep: int, detail: bool, sub=None) -> tuple:
     )
 
 
-def work_for(scn: Scenario, rep: int, detail: bool, jobs: int = 1, sub=None, pool=None) -> Work:
+def work_for(
+    scn: Scenario, rep: int, detail: bool, jobs: int = 1, sub=None, pool=None, background: bool = False
+) -> Work:
     """The workload of replication ``rep``; with a substrate that has ``tool_speed`` factors,
-    its own (the same draws, its tool latencies scaled). ``pool``: draw its chunks there."""
+    its own (the same draws, its tool latencies scaled). ``pool``: draw its chunks there (in the
+    ``background``: see :func:`draw_work`)."""
     sub = sub if sub is not None and sub.tool_speed else None
     summed = tool_sums_at_once(scn, detail)
     key = (*_work_key(scn, rep, detail, sub), summed)
     if key not in _WORK:
-        work = draw_work(scn, rep, detail, jobs, sub, summed, pool)
+        work = draw_work(scn, rep, detail, jobs, sub, summed, pool, background)
         # the latest four, and more while they fit in _WORK_BYTES (the oldest leaves first)
         while len(_WORK) >= 4 and sum(map(_nbytes, _WORK.values())) + _nbytes(work) > _WORK_BYTES:
             _WORK.pop(next(iter(_WORK)))

@@ -76,21 +76,15 @@ class CompiledRun:
         q = _params(cell)
         self.inputs, self.out, self.gen = np.zeros((n, 13)), np.zeros((n, 14)), np.zeros((n, 3))
         self.arrival, self.scale = np.zeros(n), np.ones(n)
-        for k in range((n + CHUNK - 1) // CHUNK):  # the chunks' draws, their rows in the run's arrays
-            st = cell._chunk(k)
-            sl = slice(st.lo, st.lo + len(st.inputs))
-            self.inputs[sl], self.arrival[sl] = st.inputs, st.arrival
-            if st.scale is not None:
-                self.scale[sl] = st.scale
-            st.inputs, st.out, st.gen, st.arrival = (
-                self.inputs[sl],
-                self.out[sl],
-                self.gen[sl],
-                self.arrival[sl],
-            )
-        gi = np.zeros(19, dtype=np.int64)
+        gi = np.zeros(L.NJ, dtype=np.int64)
         gi[L.J_BHI] = n
         gi[L.J_RESUME] = -1
+        # a workload still being drawn (async batches): each chunk's inputs when the loop reaches it
+        batch = cell.scn.policy.mode == "async" and cell.scn.arrivals.kind == "batch"
+        self.streamed = cell.work.filling is not None and batch
+        for k in range(0 if self.streamed else (n + CHUNK - 1) // CHUNK):
+            self._take(k)
+        gi[L.J_READY] = 0 if self.streamed else n
         total = cell.sub.capacity.total
         gi[L.J_AVAIL] = total if total is not None else 0
         heap = c + 2
@@ -108,6 +102,18 @@ class CompiledRun:
         ]  # fmt: skip
         self.used = [0, 0]  # steps and calls of the detail pools in use
         self._detail_chunk = -1
+
+    def _take(self, k: int) -> int:
+        """Chunk ``k``'s draws, their rows in the run's arrays: the trajectories ready after it."""
+        cell = self.cell
+        cell.work.wait(k)
+        st = cell._chunk(k)
+        sl = slice(st.lo, st.lo + len(st.inputs))
+        self.inputs[sl], self.arrival[sl] = st.inputs, st.arrival
+        if st.scale is not None:
+            self.scale[sl] = st.scale
+        st.inputs, st.out, st.gen, st.arrival = self.inputs[sl], self.out[sl], self.gen[sl], self.arrival[sl]
+        return sl.stop
 
     def start(self) -> None:
         S, pol = self.S, self.cell.scn.policy
@@ -133,6 +139,8 @@ class CompiledRun:
             w = int(gi[L.J_REQW])
             if code == L.R_RETRY:
                 self._retry(w)
+            elif code == L.R_INPUTS:
+                gi[L.J_READY] = self._take(int(gi[L.J_READY]) // CHUNK)
             else:
                 self._detail(w)
             gi[L.J_RESUME] = w

@@ -18,7 +18,7 @@ from .compiled_heap import J_HSIZE, pop, push
 from .compiled_ops import cut, factor, fail_rate, first_failure, lost_at, sums
 
 # request codes (the loop's return value)
-R_DONE, R_RETRY, R_DETAIL, R_PROGRESS = 0, 1, 2, 3
+R_DONE, R_RETRY, R_DETAIL, R_PROGRESS, R_INPUTS = 0, 1, 2, 3, 4
 # states of a worker (what it does when its event fires)
 (K_NEXT, K_START, K_ATTEMPT, K_ATTEMPT2, K_QUOTA, K_TOKEN, K_PLACE, K_CREATE_END, K_AGAIN, K_BODY,
  K_SEGSTART, K_SEG, K_SEG_END, K_LAST, K_TAIL_END, K_REWARD, K_BODY_END, K_TD, K_TD_OP_END, K_TD_END,
@@ -36,7 +36,8 @@ NI = 22
 # globals: floats, integers
 G_NOW, G_TOKEN = 0, 1
 (J_NEXT, _SEQ, _HSIZE, J_AVAIL, J_ALIVE, J_PEAK, J_BODIES, J_NON, J_NOFF, J_REQ, J_REQW, J_DONE,
- J_QH, J_QL, J_ACTIVE, J_BHI, J_BNEXT, J_TOLD, J_RESUME) = range(19)  # fmt: skip
+ J_QH, J_QL, J_ACTIVE, J_BHI, J_BNEXT, J_TOLD, J_RESUME, J_READY) = range(20)  # fmt: skip
+NJ = 20
 # parameters
 (P_TIMEOUT, P_RETRIES, P_BACKOFF, P_RATE, P_MINBILL, P_LOADED, P_QUOTA, P_SCOPE, P_CLIENTS, P_BATCH,
  P_TIMED, P_WEIGHTS, P_N, P_C) = range(14)  # fmt: skip
@@ -135,6 +136,9 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
                     GI[J_ACTIVE] -= 1
                     if GI[J_ACTIVE] == 0:
                         _batch(S, K_BATCH)
+                return
+            if GI[J_NEXT] >= GI[J_READY]:  # its chunk's inputs are still being drawn
+                _request(S, w, R_INPUTS, K_NEXT)
                 return
             i = GI[J_NEXT]
             GI[J_NEXT] = i + 1
@@ -425,10 +429,11 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
             return
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, nogil=True)
 def run(S):
     """Process events until Python is needed: a request code (R_DONE when the run is over).
-    ``_advance`` is inlined here, at its one call: called, it took a third of the loop's time."""
+    ``_advance`` is inlined here, at its one call: called, it took a third of the loop's time.
+    Without the GIL: a thread can take the next chunks of a workload still being drawn."""
     G, GI = S[2], S[3]
     GI[J_REQ] = 0
     while True:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -55,9 +56,44 @@ class Work:
     step_append: np.ndarray | None = None
     step_output: np.ndarray | None = None
 
+    # a workload still being drawn (``draw_work(..., background=True)``): its chunks as they fill
+    filling: Filling | None = field(default=None, repr=False)
+
     @property
     def n(self) -> int:
         return len(self.steps)
+
+    def wait(self, c: int) -> None:
+        """Block until chunk ``c`` is in the arrays (at once for a workload drawn whole)."""
+        if self.filling is not None:
+            self.filling.wait(c)
+
+
+class Filling:
+    """How far a thread has filled a workload's arrays with chunks drawn in the background."""
+
+    def __init__(self) -> None:
+        self.done = 0  # chunks filled, in order
+        self.complete = False  # every chunk
+        self.error: BaseException | None = None
+        self._cond = threading.Condition()
+
+    def filled(self, c: int) -> None:
+        with self._cond:
+            self.done = c + 1
+            self._cond.notify_all()
+
+    def failed(self, exc: BaseException) -> None:
+        with self._cond:
+            self.error = exc
+            self._cond.notify_all()
+
+    def wait(self, c: int) -> None:
+        with self._cond:
+            while self.done <= c and self.error is None:
+                self._cond.wait()
+            if self.done <= c:
+                raise self.error
 
 
 def tool_mixture(scn: Scenario) -> Mixture:
@@ -310,12 +346,14 @@ def draw_work(
     sub: Substrate | None = None,
     summed: bool = False,
     pool=None,
+    background: bool = False,
 ) -> Work:
     """Draw every trajectory's workload for replication ``rep`` (chunks in ``jobs`` processes,
     or in ``pool``, an executor already running), filling preallocated arrays as chunks arrive so
     the peak is the result plus a few chunks. ``sub``: apply its tool speed factors (the other
     draws are the same on every substrate); ``summed``: tool latency sums drawn at once
-    (:func:`sums_at_once`)."""
+    (:func:`sums_at_once`); ``background`` (with ``pool``, without detail): return at once, the
+    chunks filled by a thread as they come (:meth:`Work.wait`)."""
     n = scn.trajectories
     chunks = range(-(-n // CHUNK))
     draw = partial(_draw_chunk, scn, rep, detail, speed=tool_speeds(scn, sub), summed=summed)
@@ -335,6 +373,20 @@ def draw_work(
             details[k].append(part[k])
         kept.update(part["kept"])
 
+    if pool is not None and background and not detail:
+        work = Work(**out, kept=kept, filling=Filling())
+
+        def fill() -> None:
+            try:
+                for c, part in zip(chunks, pool.map(draw, chunks)):
+                    take(c, part)
+                    work.filling.filled(c)
+                work.filling.complete = True
+            except BaseException as exc:  # the reader raises it
+                work.filling.failed(exc)
+
+        threading.Thread(target=fill, daemon=True).start()
+        return work
     if pool is not None and len(chunks) > 1:
         for c, part in zip(chunks, pool.map(draw, chunks)):
             take(c, part)

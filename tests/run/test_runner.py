@@ -255,3 +255,45 @@ def test_pilots_run_beside_the_workload_draw_give_the_cells_numbers_run_alone(mo
     alone = run_scenario(scn, executor="serial", keep_records=False).cells
     pd.testing.assert_frame_equal(both, alone)
     assert both.engine_busy_fraction.gt(0).all()
+
+
+def test_one_compiled_cell_takes_its_workloads_chunks_as_they_are_drawn(monkeypatch):
+    """One cell on a local executor: its loop starts once the pilot ran and takes each chunk of
+    the workload when it reaches it, the pool still drawing the rest; the same numbers as the
+    workload drawn whole first."""
+    import importlib
+
+    from simrollout.validation.fidelity import Row, build
+
+    runner = importlib.import_module("simrollout.run.runner")
+    executors = importlib.import_module("simrollout.run.executors")
+    compiled = importlib.import_module("simrollout.sim.compiled")
+    d = build(Row("async", "tier", "tokens"), 100_000, 4, 64)  # four chunks
+    scn = scenario_from_dict({**d, "fidelity": "compiled"})
+    monkeypatch.setattr(runner, "PILOTS", {})
+    monkeypatch.setattr(runner, "_WORK", {})
+    seen = []
+    real = compiled.CompiledRun._take
+    monkeypatch.setattr(
+        compiled.CompiledRun, "_take", lambda self, k: seen.append(self.streamed) or real(self, k)
+    )
+    streamed = executors.run_scenario(scn, jobs=2, keep_records=False).cells
+    assert seen == [True] * 4
+    (work,) = runner._WORK.values()
+    assert work.filling is not None and work.filling.complete and work.filling.done == 4
+    monkeypatch.setattr(runner, "PILOTS", {})
+    monkeypatch.setattr(runner, "_WORK", {})
+    whole = executors.run_scenario(scn, executor="serial", keep_records=False).cells
+    assert seen[4:] == [False] * 4
+    pd.testing.assert_frame_equal(streamed, whole)
+
+
+def test_a_failed_background_draw_is_raised_to_the_cell_that_waits_for_it():
+    from simrollout.sim.workload_draws import Filling
+
+    f = Filling()
+    f.filled(0)
+    f.failed(RuntimeError("worker died"))
+    f.wait(0)  # drawn before the failure
+    with pytest.raises(RuntimeError, match="worker died"):
+        f.wait(1)
