@@ -85,6 +85,7 @@ class ServingEngine:
         self.held = 0  # tokens held by running requests
         self.busy = 0.0  # seconds spent in iterations
         self.iterations = 0  # iterations run (a closed-form run of decodes counts each)
+        self.aborts = 0  # requests aborted on this engine, ever
         self._wake = env.event()
         self._t = 0.0  # KV occupancy integrals since the last change
         self.area_held = self.area_used = 0.0
@@ -122,6 +123,7 @@ class ServingEngine:
         end of the iteration in progress, its tokens freed and nothing cached (the KV was
         computed with the old weights); ``req.done`` fires with ``req.aborted`` set."""
         req.aborted = True
+        self.aborts += 1
         if req in self.waiting:
             self.waiting.remove(req)
             req.end = self.env.now
@@ -131,6 +133,8 @@ class ServingEngine:
 
     def _reap(self) -> None:
         """After an iteration: the running requests aborted meanwhile leave."""
+        if not self.aborts:  # none ever (only the training loop's weight syncs abort)
+            return
         for req in [r for r in self.running if r.aborted]:
             self._mark()
             self.running.remove(req)
