@@ -67,8 +67,8 @@ def _reuse_large_blocks() -> None:
     except (OSError, AttributeError):
         return
     m_trim_threshold, m_mmap_threshold = -1, -3
-    mallopt(m_mmap_threshold, 1 << 30)
-    mallopt(m_trim_threshold, 1 << 30)
+    if mallopt(m_mmap_threshold, 1 << 30):  # refused (an older glibc's limit): leave both as they are
+        mallopt(m_trim_threshold, 1 << 30)
 
 
 def main() -> None:

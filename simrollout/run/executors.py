@@ -190,11 +190,14 @@ def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) 
 
 
 def _forget_unfinished() -> None:
-    """Drop the cached workloads a stopped pool left half drawn."""
+    """Drop the cached workloads a stopped pool left half drawn (their threads ended first: a
+    later fork must not copy one holding a lock)."""
     from . import runner
 
     for key, work in list(runner._WORK.items()):
         if work.filling is not None and not work.filling.complete:
+            if work.filling.thread is not None:
+                work.filling.thread.join(timeout=5.0)
             runner._WORK.pop(key)
 
 

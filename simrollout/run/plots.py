@@ -217,10 +217,12 @@ def steps_figure(result: RunResult) -> Figure:
              ("train_s", "train", "tab:green"), ("sync_s", "weight sync", "tab:red"))  # fmt: skip
     for ax, sub in zip(axes[:, 0], subs):
         g = df[df.substrate == sub]
-        x, bottom = g.step.to_numpy(float), np.zeros(len(g))
+        x = np.append(g.step.to_numpy(float), g.step.iloc[-1] + 1.0) - 0.5  # each step's edges
+        bottom = np.zeros(len(x))
         for col, label, color in parts:
-            top = bottom + g[col].to_numpy(float)
-            ax.fill_between(x, bottom, top, step="mid", label=label, color=color, linewidth=0)
+            v = g[col].to_numpy(float)
+            top = bottom + np.append(v, v[-1])  # the last value once more: its step's right edge
+            ax.fill_between(x, bottom, top, step="post", label=label, color=color, linewidth=0)
             bottom = top
         ax.set_ylabel("step time (s)")
         ax.set_title(sub, fontsize=9)

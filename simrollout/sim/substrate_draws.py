@@ -157,7 +157,7 @@ def draw_substrate(
     calls = work.calls[lo : lo + CHUNK]
     m = calls.size
     exec_rng = stream(scn.seed, rep, "substrate", sub.name, "exec", chunk)
-    own = sorted(i for i in work.kept if lo <= i < lo + m)
+    own = sorted(i for i in list(work.kept) if lo <= i < lo + m)  # a snapshot: a thread may be adding
     if detail:
         per_call = sub.exec_overhead.sample(exec_rng, int(calls.sum()))
         overhead = _sum_by(per_call, calls)

@@ -53,7 +53,11 @@ class _First:
     def __call__(self, by: simpy.Event) -> None:
         if self.out.triggered:
             return
-        self.out.succeed()
+        if by._ok:
+            self.out.succeed()
+        else:  # as a Condition: the failure is the waiter's to handle
+            by._defused = True
+            self.out.fail(by._value)
         other = self.b if by is self.a else self.a
         if other.callbacks is not None and self in other.callbacks:  # not left on an event that
             other.callbacks.remove(self)  # fires hours later (a deadline)

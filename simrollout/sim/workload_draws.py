@@ -72,11 +72,16 @@ class Work:
 class Filling:
     """How far a thread has filled a workload's arrays with chunks drawn in the background."""
 
-    def __init__(self) -> None:
+    def __init__(self, total: int) -> None:
+        self.total = total  # chunks
         self.done = 0  # chunks filled, in order
-        self.complete = False  # every chunk
         self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None  # the one filling them
         self._cond = threading.Condition()
+
+    @property
+    def complete(self) -> bool:
+        return self.done == self.total
 
     def filled(self, c: int) -> None:
         with self._cond:
@@ -374,18 +379,18 @@ def draw_work(
         kept.update(part["kept"])
 
     if pool is not None and background and not detail:
-        work = Work(**out, kept=kept, filling=Filling())
+        work = Work(**out, kept=kept, filling=Filling(len(chunks)))
 
         def fill() -> None:
             try:
                 for c, part in zip(chunks, pool.map(draw, chunks)):
                     take(c, part)
                     work.filling.filled(c)
-                work.filling.complete = True
             except BaseException as exc:  # the reader raises it
                 work.filling.failed(exc)
 
-        threading.Thread(target=fill, daemon=True).start()
+        work.filling.thread = threading.Thread(target=fill, daemon=True)
+        work.filling.thread.start()
         return work
     if pool is not None and len(chunks) > 1:
         for c, part in zip(chunks, pool.map(draw, chunks)):

@@ -269,6 +269,7 @@ def test_one_compiled_cell_takes_its_workloads_chunks_as_they_are_drawn(monkeypa
     executors = importlib.import_module("simrollout.run.executors")
     compiled = importlib.import_module("simrollout.sim.compiled")
     d = build(Row("async", "tier", "tokens"), 100_000, 4, 64)  # four chunks
+    d["policy"]["timeout"] = 160.0  # bodies near it keep their calls (Work.kept, filled as it goes)
     scn = scenario_from_dict({**d, "fidelity": "compiled"})
     monkeypatch.setattr(runner, "PILOTS", {})
     monkeypatch.setattr(runner, "_WORK", {})
@@ -281,6 +282,7 @@ def test_one_compiled_cell_takes_its_workloads_chunks_as_they_are_drawn(monkeypa
     assert seen == [True] * 4
     (work,) = runner._WORK.values()
     assert work.filling is not None and work.filling.complete and work.filling.done == 4
+    assert len(work.kept) > 0 and streamed.timeouts.iloc[0] > 0
     monkeypatch.setattr(runner, "PILOTS", {})
     monkeypatch.setattr(runner, "_WORK", {})
     whole = executors.run_scenario(scn, executor="serial", keep_records=False).cells
@@ -291,7 +293,7 @@ def test_one_compiled_cell_takes_its_workloads_chunks_as_they_are_drawn(monkeypa
 def test_a_failed_background_draw_is_raised_to_the_cell_that_waits_for_it():
     from simrollout.sim.workload_draws import Filling
 
-    f = Filling()
+    f = Filling(3)
     f.filled(0)
     f.failed(RuntimeError("worker died"))
     f.wait(0)  # drawn before the failure
