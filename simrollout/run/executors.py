@@ -104,7 +104,6 @@ def run_many(
         except BaseException:
             if pool is not None:
                 _stop(pool)
-                _forget_unfinished()
             raise
         if pool is not None:
             pool.shutdown()
@@ -148,9 +147,11 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
+    """End the workers now, and drop any workload they left half drawn."""
     for proc in list(getattr(pool, "_processes", {}).values()):
         proc.terminate()
     pool.shutdown(wait=False, cancel_futures=True)
+    _forget_unfinished()
 
 
 def _cost(scn: Scenario, key: CellKey) -> float:
@@ -175,7 +176,7 @@ def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) 
         return None
     pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts)
     try:
-        running = [pool.submit(_pilot_task, scenarios[i], key) for i, key in pilots.values()]
+        running = [pool.submit(pilot_for, scenarios[i], key) for i, key in pilots.values()]
         _draw_all(scenarios, tasks, jobs, pool, background=stream)
         for f in running:
             remember(f.result())
@@ -185,7 +186,6 @@ def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) 
         return None
     except BaseException:
         _stop(pool)
-        _forget_unfinished()
         raise
 
 
@@ -199,10 +199,6 @@ def _forget_unfinished() -> None:
             if work.filling.thread is not None:
                 work.filling.thread.join(timeout=5.0)
             runner._WORK.pop(key)
-
-
-def _pilot_task(scn: Scenario, key: CellKey):
-    return pilot_for(scn, key)
 
 
 def _draw_all(scenarios: list[Scenario], tasks, jobs: int, pool=None, background: bool = False) -> None:

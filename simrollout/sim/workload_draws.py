@@ -12,6 +12,7 @@ import math
 import multiprocessing as mp
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -392,12 +393,10 @@ def draw_work(
         work.filling.thread = threading.Thread(target=fill, daemon=True)
         work.filling.thread.start()
         return work
-    if pool is not None and len(chunks) > 1:
-        for c, part in zip(chunks, pool.map(draw, chunks)):
-            take(c, part)
-    elif jobs > 1 and len(chunks) > 1:
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
-            for c, part in zip(chunks, pool.map(draw, chunks)):
+    if len(chunks) > 1 and (pool is not None or jobs > 1):
+        own = pool is None  # a pool of its own, ended here; a pool given is left running
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) if own else nullcontext(pool) as p:
+            for c, part in zip(chunks, p.map(draw, chunks)):
                 take(c, part)
     else:
         for c in chunks:
