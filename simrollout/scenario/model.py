@@ -74,9 +74,16 @@ class Scenario(_Model):
     def compiled_gaps(self) -> str | None:
         """What in this scenario the compiled engine (:mod:`simrollout.sim.compiled`) does not
         cover (the first thing found), else None."""
-        pol, inf = self.policy, self.cluster.inference
+        pol, inf, tr = self.policy, self.cluster.inference, self.training
         checks = (
-            (self.training is not None, "a training loop"),
+            (tr is not None and tr.mode != "async", f"a training loop in mode '{tr and tr.mode}'"),
+            (
+                tr is not None and (tr.over_sampling > 0 or tr.dynamic_sampling is not None),
+                "over-sampling or dynamic sampling in a training loop",
+            ),
+            (tr is not None and tr.at_sync == "interrupt", "at_sync 'interrupt'"),
+            (tr is not None and tr.on_failure != "mask", f"on_failure '{tr and tr.on_failure}'"),
+            (tr is not None and self.workload.tokens is not None, "a training loop on serving engines"),
             (pol.warm_pool > 0, "a warm pool"),
             (pol.reuse, "sandbox reuse"),
             (self.workload.images is not None, "task images"),

@@ -50,7 +50,7 @@ def _params(cell) -> dict:
     w = sub.contention.weight_rows()
     weights = np.array([w[ph] for ph in ("create", "exec", "teardown")]) if w else np.ones((3, 3))
     domains = {"host": sub.capacity.hosts, "service": 1, "client": scn.cluster.clients}[fleet.scope]
-    p = np.zeros(14)
+    p = np.zeros(15)
     p[L.P_TIMEOUT] = pol.timeout or math.inf
     p[L.P_RETRIES], p[L.P_BACKOFF] = pol.retries, pol.retry_backoff
     p[L.P_RATE] = sub.create_rate or 0.0
@@ -63,15 +63,18 @@ def _params(cell) -> dict:
     p[L.P_TIMED] = float(scn.arrivals.kind == "poisson")
     p[L.P_WEIGHTS] = float(w is not None)
     p[L.P_N], p[L.P_C] = cell.work.n, c
+    p[L.P_LOOP] = float(scn.training is not None)
     curve = np.asarray(cell._curve, dtype=np.float64)
     return dict(p=p, fp=fp, tab=tab, tsz=tsz, rates=rates, weights=weights, domains=domains, curve=curve)
 
 
 class CompiledRun:
-    """One cell through the compiled loop: its arrays, and the answers to the loop's requests."""
+    """One cell through the compiled loop: its arrays, and the answers to the loop's requests.
+    ``training``: the cell's training loop (:class:`.compiled_training.CompiledTraining`), which
+    answers the trainer's requests and owns the loop's arrays."""
 
-    def __init__(self, cell):
-        self.cell = cell
+    def __init__(self, cell, training=None):
+        self.cell, self.training = cell, training
         n, c = cell.work.n, cell.concurrency
         q = _params(cell)
         self.inputs, self.out, self.gen = np.zeros((n, 13)), np.zeros((n, 14)), np.zeros((n, 3))
@@ -81,17 +84,19 @@ class CompiledRun:
         gi[L.J_RESUME] = -1
         # a workload still being drawn (async batches): each chunk's inputs when the loop reaches it
         batch = cell.scn.policy.mode == "async" and cell.scn.arrivals.kind == "batch"
-        self.streamed = cell.work.filling is not None and batch
+        self.streamed = cell.work.filling is not None and batch and training is None
         for k in range(0 if self.streamed else (n + CHUNK - 1) // CHUNK):
             self._take(k)
         gi[L.J_READY] = 0 if self.streamed else n
         total = cell.sub.capacity.total
         gi[L.J_AVAIL] = total if total is not None else 0
-        heap = c + 2
+        heap = c + 2 if training is None else 4 * c + 8  # the loop's cut segments leave their old end
         events = n * (cell.scn.policy.retries + 1) + 1
         self.pool = [np.zeros(1024), np.zeros(1024, dtype=np.int64), np.zeros(4096), np.zeros(4096)]
+        wi = np.zeros((c + 1, L.NI), dtype=np.int64)
+        wi[:, L.I_EPOCH] = 1
         self.S = [
-            np.zeros((c + 1, L.NF)), np.zeros((c + 1, L.NI), dtype=np.int64), np.zeros(2), gi,
+            np.zeros((c + 1, L.NF)), wi, np.zeros(4), gi,
             np.zeros(heap), np.zeros(heap, dtype=np.int64), np.zeros(heap, dtype=np.int64),
             np.zeros(heap, dtype=np.int64), q["p"], self.inputs,
             np.zeros(cell.sub.capacity.hosts, dtype=np.int64), np.zeros((3, q["domains"])),
@@ -99,6 +104,7 @@ class CompiledRun:
             np.zeros(c + 1, dtype=np.int64), self.out, self.gen, self.arrival, self.scale,
             tuple(x for x, _ in q["rates"]), tuple(y for _, y in q["rates"]),
             np.zeros(events), np.zeros(events), *self.pool,
+            *(training.arrays(c) if training is not None else _no_loop()),
         ]  # fmt: skip
         self.used = [0, 0]  # steps and calls of the detail pools in use
         self._detail_chunk = -1
@@ -117,7 +123,9 @@ class CompiledRun:
 
     def start(self) -> None:
         S, pol = self.S, self.cell.scn.policy
-        if pol.mode == "sync":
+        if self.training is not None:  # the workers wait for the trainer's first groups
+            self.training.attach(self)
+        elif pol.mode == "sync":
             L._batch(tuple(S), L.K_BATCH)
         else:
             for w in range(self.cell.concurrency):
@@ -130,7 +138,13 @@ class CompiledRun:
         while True:
             code = L.run(tuple(S))
             if code == L.R_DONE:
-                return
+                if self.training is None or self.training.over():
+                    return
+                continue
+            if code in (L.R_TIMER, L.R_NOTIFY):
+                gi[L.J_RESUME] = gi[L.J_REQW] if code == L.R_NOTIFY else -1
+                self.training.wake()
+                continue
             if code == L.R_PROGRESS:
                 if cell.progress is not None:
                     cell.progress(int(gi[L.J_DONE] - gi[L.J_TOLD]))
@@ -196,17 +210,21 @@ class CompiledRun:
             wi[w, L.I_DS0], wi[w, L.I_DC0] = s, k
             s, k = s + ns, k + nc
         self.pool = new
-        self.S[-4:] = new
+        self.S[27:31] = new
         self.used = [s, k]
 
     def finish(self) -> None:
         """Fold every chunk into the cell's metrics; the fleet's peak and the bodies' times."""
         cell, gi = self.cell, self.S[3]
+        started = self.S[38][:, L.T_STARTED] if self.training is not None else None
         for k in sorted(cell._chunks):
             st = cell._chunks[k]
-            st.ran[:] = True
+            st.ran[:] = True if started is None else started[st.lo : st.lo + len(st.ran)]
             st.left = 0
-            cell._finish(k)
+            if st.ran.any():
+                cell._finish(k)
+            else:  # the training loop stopped before its budget: none of these started
+                del cell._chunks[k]
         cell.fleet.peak_sandboxes = int(gi[L.J_PEAK])
         if cell._curve:
             cell._on, cell._off = self.S[25][: gi[L.J_NON]], self.S[26][: gi[L.J_NOFF]]
@@ -214,10 +232,22 @@ class CompiledRun:
             cell.progress(int(gi[L.J_DONE] - gi[L.J_TOLD]))
 
 
+def _no_loop() -> list[np.ndarray]:
+    """The training loop's arrays of a cell without one (:meth:`CompiledTraining.arrays`)."""
+    i1, i4 = np.zeros(1, dtype=np.int64), np.zeros((1, 4), dtype=np.int64)
+    return [np.zeros(0), np.zeros(L.NL, dtype=np.int64), i1, i1, i1, i4, np.zeros((1, 5)), i4, i1,
+            np.zeros((6, 4)), np.zeros(2), np.zeros(1)]  # fmt: skip
+
+
 def run_compiled(cell) -> Records | None:
     """Run ``cell`` (a :class:`simrollout.sim.model.Cell` built at trajectory fidelity) through the
     compiled loop; its ``acc`` and records as :meth:`Cell.run` leaves them."""
-    run = CompiledRun(cell)
+    training = None
+    if cell.scn.training is not None:
+        from .compiled_training import CompiledTraining
+
+        training = CompiledTraining(cell)
+    run = CompiledRun(cell, training)
     cell.compile_seconds = 0.0
     if COMPILE["seconds"] is None:  # compiles, or loads numba's cache (cache=True)
         t0 = time.perf_counter()

@@ -17,33 +17,49 @@ from . import records as rec
 from .compiled_heap import J_HSIZE, pop, push
 from .compiled_ops import cut, factor, fail_rate, first_failure, lost_at, sums
 
-# request codes (the loop's return value)
-R_DONE, R_RETRY, R_DETAIL, R_PROGRESS, R_INPUTS = 0, 1, 2, 3, 4
+# request codes (the loop's return value); the last two are the training loop's (.compiled_training)
+R_DONE, R_RETRY, R_DETAIL, R_PROGRESS, R_INPUTS, R_TIMER, R_NOTIFY = 0, 1, 2, 3, 4, 5, 6
 # states of a worker (what it does when its event fires)
 (K_NEXT, K_START, K_ATTEMPT, K_ATTEMPT2, K_QUOTA, K_TOKEN, K_PLACE, K_CREATE_END, K_AGAIN, K_BODY,
  K_SEGSTART, K_SEG, K_SEG_END, K_LAST, K_TAIL_END, K_REWARD, K_BODY_END, K_TD, K_TD_OP_END, K_TD_END,
- K_FINISH, K_BATCH, K_BATCH_GO) = range(23)  # fmt: skip
+ K_FINISH, K_BATCH, K_BATCH_GO, K_TIMER) = range(24)  # fmt: skip
+EPOCH = 32  # a segment's end is scheduled as K_SEG_END + EPOCH x its epoch: a cut one is skipped
 # a worker's floats
 (F_START, F_DEADLINE, F_T0, F_LAT, F_WAITED, F_WORKER, F_SANDBOX, F_LLM, F_OVER, F_TD, F_LOST, F_BILLED,
  F_COLD, F_UC, F_UE, F_TDB, F_UT, F_BT0, F_TG, F_TO, F_TT, F_PG, F_PO, F_PT, F_SETUP, F_REWARD, F_DONE,
  F_G, F_TIME, F_O, F_SEG, F_PL, F_PE, F_XL, F_XE, F_DU, F_SG, F_SO, F_SD, F_CE, F_RG, F_RT, F_RO,
- F_LUCK, F_LLMB, F_TTAIL, F_TDLAT) = range(47)  # fmt: skip
-NF = 47
+ F_LUCK, F_LLMB, F_TTAIL, F_TDLAT, F_TASK, F_SEGT0) = range(49)  # fmt: skip
+NF = 49
 # a worker's integers
 (I_I, I_ATT, I_HOST, I_DOM, I_STATUS, I_STEPS, I_FAILS, I_FC, I_EXACT, I_PREV, I_UNITS, I_RS, I_RD, I_TDN,
- I_DET, I_DS0, I_DNS, I_DC0, I_RESUME, I_TAIL, I_HAVE_RD, I_OK) = range(22)  # fmt: skip
-NI = 22
+ I_DET, I_DS0, I_DNS, I_DC0, I_RESUME, I_TAIL, I_HAVE_RD, I_OK, I_EPOCH, I_INSEG,
+ I_VER) = range(25)  # fmt: skip
+NI = 25
 # globals: floats, integers
-G_NOW, G_TOKEN = 0, 1
+G_NOW, G_TOKEN, G_TIMER, G_BOUND = 0, 1, 2, 3  # G_TIMER, G_BOUND: the training loop's
 (J_NEXT, _SEQ, _HSIZE, J_AVAIL, J_ALIVE, J_PEAK, J_BODIES, J_NON, J_NOFF, J_REQ, J_REQW, J_DONE,
  J_QH, J_QL, J_ACTIVE, J_BHI, J_BNEXT, J_TOLD, J_RESUME, J_READY) = range(20)  # fmt: skip
 NJ = 20
 # parameters
 (P_TIMEOUT, P_RETRIES, P_BACKOFF, P_RATE, P_MINBILL, P_LOADED, P_QUOTA, P_SCOPE, P_CLIENTS, P_BATCH,
- P_TIMED, P_WEIGHTS, P_N, P_C) = range(14)  # fmt: skip
+ P_TIMED, P_WEIGHTS, P_N, P_C, P_LOOP) = range(15)  # fmt: skip
 # input columns (records.INPUTS)
 C_COLD, C_WARM, C_TD, C_UC, C_UE, C_UT, C_CALLS, C_LLM, C_OVER, C_TOOL, C_SETUP, C_REWARD, C_STEPS = range(13)
+# the training loop's integers (S[32]): the policy version, group size, groups running / ready /
+# trained / started, trajectories started, queued, running, the queue's head and tail, idle workers,
+# workers at the closed gate, ready groups the trainer waits for, the budget ran out, requests from
+# Python (cut segments: 1 cancels, 2 a barrier; open the gate; top up; set the timer), ready groups
+# listed, the gate closed
+(L_VERSION, L_G, L_LIVE, L_NREADY, L_TRAINED, L_NEXTG, L_NEXTI, L_QUEUED, L_RUNNING, L_QH, L_QT, L_NIDLE,
+ L_NGATE, L_NEED, L_EXH, L_CUT, L_OPEN, L_TOPUP, L_TIMER, L_RQN, L_GATE) = range(21)  # fmt: skip
+NL = 21
+# a group's integers (S[36]) and floats (S[37]); a trajectory's loop integers (S[38])
+GS_STATE, GS_LEFT, GS_MASK, GS_CAUSE = range(4)
+GF_READY, GF_WORKER, GF_SANDBOX, GF_LLM, GF_N = range(5)
+T_V0, T_VEND, T_STARTED, T_CANCEL = range(4)
+RUNNING, READY, TRAINED, DISCARDED = range(4)  # a group's state
 OK, FAILED, TIMEOUT, LOST = rec.OK, rec.FAILED, rec.TIMEOUT, rec.LOST  # a trajectory's status
+CANCELLED = rec.CANCELLED
 AT_RISK, STILL = 1.25, 0.01
 
 
@@ -120,6 +136,168 @@ def _batch(S, kind):
         _push(S, now, w, K_NEXT)
 
 
+# ------------------------------------------------------------ the training loop's part
+@njit(cache=True, _nrt=False)
+def _dequeue(S, w):
+    """The next queued trajectory that was not cancelled (it starts under the current version),
+    or -1: the worker waits idle for the next group."""
+    LI, QI, TI = S[32], S[33], S[38]
+    while LI[L_QH] < LI[L_QT]:
+        i = QI[LI[L_QH]]
+        LI[L_QH] += 1
+        LI[L_QUEUED] -= 1
+        if TI[i, T_CANCEL]:
+            continue
+        LI[L_RUNNING] += 1
+        TI[i, T_V0] = LI[L_VERSION]
+        TI[i, T_STARTED] = 1
+        return i
+    S[34][LI[L_NIDLE]] = w
+    LI[L_NIDLE] += 1
+    return -1
+
+
+@njit(cache=True, _nrt=False)
+def _park(S, w):
+    """A body at a step's start waits for the gate to open."""
+    LI = S[32]
+    S[35][LI[L_NGATE]] = w
+    LI[L_NGATE] += 1
+
+
+@njit(cache=True, _nrt=False)
+def _top_up(S):
+    """Start groups while the staleness bound and the rollout slots allow (async: AReaL's rule),
+    their members queued; idle workers take them."""
+    G, LI, P, GS = S[2], S[32], S[8], S[36]
+    gsz, c, n, now = LI[L_G], int(P[P_C]), int(P[P_N]), G[G_NOW]
+    while (LI[L_LIVE] + LI[L_NREADY] + LI[L_TRAINED] < G[G_BOUND]
+           and LI[L_QUEUED] + LI[L_RUNNING] + gsz <= max(c, gsz)):  # fmt: skip
+        if LI[L_NEXTI] + gsz > n:  # the trajectory budget ran out
+            LI[L_EXH] = 1
+            break
+        g = LI[L_NEXTG]
+        LI[L_NEXTG] = g + 1
+        LI[L_LIVE] += 1
+        GS[g, GS_STATE], GS[g, GS_LEFT] = RUNNING, gsz
+        for i in range(LI[L_NEXTI], LI[L_NEXTI] + gsz):
+            S[31][i] = S[42][g]
+            S[21][i] = now  # its queue wait counts from here
+            S[33][LI[L_QT]] = i
+            LI[L_QT] += 1
+        LI[L_QUEUED] += gsz
+        LI[L_NEXTI] += gsz
+    for _ in range(min(LI[L_NIDLE], LI[L_QT] - LI[L_QH])):
+        LI[L_NIDLE] -= 1
+        _push(S, now, S[34][LI[L_NIDLE]], K_NEXT)
+
+
+@njit(cache=True, _nrt=False)
+def _notify(S, w):
+    """Wake the trainer (R_NOTIFY) when the groups it waits for are ready or none can come;
+    worker ``w`` (-1: none) goes on after it. True when it asked."""
+    LI, GI = S[32], S[3]
+    need = LI[L_NEED]
+    if need > 0 and (LI[L_NREADY] >= need or (LI[L_EXH] and LI[L_LIVE] == 0)):
+        LI[L_NEED] = 0
+        GI[J_REQ], GI[J_REQW] = R_NOTIFY, w
+        if w >= 0:
+            S[1][w, I_RESUME] = K_NEXT
+        return True
+    return False
+
+
+@njit(cache=True, _nrt=False)
+def _finished(S, w, i, status, worker, sandbox, llm):
+    """Trajectory ``i`` ended: its group's cost and count (ready once every member is done; a
+    failed or timed-out member masked), then the top-up. True when the trainer is woken."""
+    LI, GS, GF, TI = S[32], S[36], S[37], S[38]
+    LI[L_RUNNING] -= 1
+    g = i // LI[L_G]
+    GF[g, GF_WORKER] += worker
+    GF[g, GF_SANDBOX] += sandbox
+    GF[g, GF_LLM] += llm
+    GF[g, GF_N] += 1.0
+    TI[i, T_VEND] = LI[L_VERSION]
+    if GS[g, GS_STATE] == DISCARDED:
+        D, cause = S[40], GS[g, GS_CAUSE]
+        D[cause, 0] += worker
+        D[cause, 1] += sandbox
+        D[cause, 2] += llm
+        D[cause, 3] += 1.0
+    else:
+        if status != OK:
+            GS[g, GS_MASK] += 1
+        GS[g, GS_LEFT] -= 1
+        if GS[g, GS_LEFT] == 0:
+            GS[g, GS_STATE] = READY
+            GF[g, GF_READY] = S[2][G_NOW]
+            S[39][LI[L_RQN]] = g
+            LI[L_RQN] += 1
+            LI[L_LIVE] -= 1
+            LI[L_NREADY] += 1
+    _top_up(S)
+    return _notify(S, w)
+
+
+@njit(cache=True, _nrt=False)
+def _cut_seg(S, w):
+    """A barrier or a cancel: worker ``w``'s segment ends with the step it is in (the gate and
+    the cancel are read at the next step's start)."""
+    WF, WI, GI = S[0][w], S[1][w], S[3]
+    du = WF[F_DU]
+    if du <= 1.0 or GI[J_HSIZE] + 1 >= S[4].size:  # one step: it ends there already
+        return
+    el, dd = S[2][G_NOW] - WF[F_SEGT0], WF[F_SD]
+    done = WF[F_DONE]
+    if WI[I_EXACT] == 1 and done == int(done):  # the steps' own times
+        sg, snc, co, ct = S[27], S[28], S[29], S[30]
+        e = g = o = 0.0
+        m = 0
+        for k in range(int(done), int(done + du)):
+            gk, ok, tk = sums(sg, snc, co, ct, WI[I_DS0], WI[I_DC0], k, k + 1, WF[F_LUCK])
+            gk, ok = gk * WF[F_PL], ok * WF[F_PE]
+            e += gk + ok + tk * WF[F_TASK]
+            g += gk
+            o += ok
+            m += 1
+            if e > el:
+                break
+    else:  # steps of equal length
+        m = min(int(du), int(el / (dd / du)) + 1)
+        e, g, o = dd * m / du, WF[F_SG] * m / du, WF[F_SO] * m / du
+    if m >= du:
+        return
+    WF[F_SD], WF[F_DU], WF[F_SG], WF[F_SO] = e, float(m), g, o
+    WI[I_EPOCH] += 1
+    _push(S, WF[F_SEGT0] + e, w, K_SEG_END + EPOCH * WI[I_EPOCH])
+
+
+@njit(cache=True, _nrt=False)
+def _apply(S):
+    """What the training loop asked for at the current time: segments cut (cancels, a barrier),
+    the gate opened, the trainer's timer, a top-up; then whether the trainer is to wake."""
+    LI, G, c = S[32], S[2], int(S[8][P_C])
+    if LI[L_CUT]:
+        barrier = LI[L_CUT] & 2
+        for w in range(c):
+            if S[1][w, I_INSEG] and (barrier or S[38][S[1][w, I_I], T_CANCEL]):
+                _cut_seg(S, w)
+        LI[L_CUT] = 0
+    if LI[L_OPEN]:
+        for k in range(LI[L_NGATE]):
+            _push(S, G[G_NOW], S[35][k], K_SEG)
+        LI[L_NGATE] = 0
+        LI[L_OPEN] = 0
+    if LI[L_TIMER]:
+        _push(S, G[G_TIMER], c, K_TIMER)
+        LI[L_TIMER] = 0
+    if LI[L_TOPUP]:
+        LI[L_TOPUP] = 0
+        _top_up(S)
+    _notify(S, -1)
+
+
 @njit(cache=True, _nrt=False, inline="always")
 def _advance(S, w, kind):  # noqa: C901 (one state machine)
     WF, WI, G, GI, P = S[0][w], S[1][w], S[2], S[3], S[8]
@@ -128,9 +306,19 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
     sg, snc, co, ct = S[27], S[28], S[29], S[30]
     now = G[G_NOW]
     loaded = P[P_LOADED] != 0.0
+    lm = P[P_LOOP] != 0.0  # the training loop's cell (.compiled_training)
+    TASK, TI = S[31], S[38]
     while True:
         i = WI[I_I]
         if kind == K_NEXT:
+            if lm:  # the next queued member of a group
+                i = _dequeue(S, w)
+                if i < 0:
+                    return
+                WI[I_I] = i
+                WI[I_DET] = 0
+                kind = K_START
+                continue
             if GI[J_NEXT] >= GI[J_BHI]:
                 if P[P_BATCH] > 0:
                     GI[J_ACTIVE] -= 1
@@ -225,31 +413,39 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
             else:
                 kind = K_ATTEMPT
         elif kind == K_BODY:
+            if lm and TI[i, T_CANCEL]:  # cancelled while it waited for its sandbox: no body
+                WI[I_STATUS], WI[I_STEPS], WF[F_LLMB], WF[F_OVER], WF[F_RT] = CANCELLED, 0, 0.0, 0.0, 0.0
+                kind = K_TD
+                continue
             d = WI[I_DOM]
             p_exec = fail_rate(XS[1], YS[1], _load(S, d, -1) + 1.0)
             fc = first_failure(WF[F_UE], p_exec, int(IN[i, C_CALLS]))
-            luck = SCALE[i]
+            task = TASK[i] if TASK.size else 1.0  # the training loop's prompt factor (LLM and tools)
+            luck = SCALE[i] * task
             llm = IN[i, C_LLM] * luck
+            tool = IN[i, C_TOOL] * task
             setup, reward, steps = IN[i, C_SETUP], IN[i, C_REWARD], IN[i, C_STEPS]
-            whole = setup + llm + IN[i, C_OVER] + IN[i, C_TOOL] + reward
-            if WI[I_DET] == 0 and (fc > 0 or (not loaded and now + whole > WF[F_DEADLINE])):
+            whole = setup + llm + IN[i, C_OVER] + tool + reward
+            one = not loaded and not lm  # nothing contends and no loop cuts it: one wait
+            if WI[I_DET] == 0 and (fc > 0 or (one and now + whole > WF[F_DEADLINE])):
                 _request(S, w, R_DETAIL, K_BODY)
                 return
             GI[J_BODIES] += 1
             ON[GI[J_NON]] = now
             GI[J_NON] += 1
-            WF[F_LUCK], WF[F_BT0] = luck, now
+            WF[F_LUCK], WF[F_BT0], WF[F_TASK] = luck, now, task
             status, units, WI[I_TAIL] = OK, int(steps), 0
             if fc > 0:
                 status = LOST
                 units, WF[F_TG], WF[F_TO], WF[F_TT] = lost_at(
                     sg, snc, co, ct, WI[I_DS0], WI[I_DNS], WI[I_DC0], fc, luck
                 )
+                WF[F_TT] *= task
                 WI[I_TAIL] = 1
             WI[I_RS], WI[I_UNITS] = status, units
-            if not loaded:  # nothing contends: one wait, cut at the deadline
+            if one:  # nothing contends: one wait, cut at the deadline
                 if WI[I_TAIL] == 0:
-                    g, o, part, done = llm, IN[i, C_OVER], llm + IN[i, C_OVER] + IN[i, C_TOOL], int(steps)
+                    g, o, part, done = llm, IN[i, C_OVER], llm + IN[i, C_OVER] + tool, int(steps)
                 else:
                     g, o, t = sums(sg, snc, co, ct, WI[I_DS0], WI[I_DC0], 0, units, luck)
                     g, o, t = g + WF[F_TG], o + WF[F_TO], t + WF[F_TT]
@@ -260,13 +456,13 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
                     done, g, o = 0, 0.0, 0.0
                     if dur > setup:
                         done, g, o = cut(sg, snc, co, ct, WI[I_DS0], WI[I_DC0], 0, int(steps), luck, 1.0,
-                                         dur - setup, False)  # fmt: skip
+                                         1.0, dur - setup, False)  # fmt: skip
                     part = dur - setup
                 WF[F_RG], WF[F_RT], WF[F_RO], WI[I_RD] = g, part, o, done
                 _push(S, now + dur, w, K_BODY_END)
                 return
             st = steps if steps else 1.0
-            WF[F_PG], WF[F_PO], WF[F_PT] = llm / st, IN[i, C_OVER] / st, IN[i, C_TOOL] / st
+            WF[F_PG], WF[F_PO], WF[F_PT] = llm / st, IN[i, C_OVER] / st, tool / st
             if not steps:
                 WF[F_PG] = WF[F_PO] = WF[F_PT] = 0.0
             WF[F_SETUP], WF[F_REWARD] = setup, reward
@@ -294,19 +490,29 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
             if done >= units - 1e-9:
                 kind = K_LAST
                 continue
+            if lm:  # a step's start: wait while the gate is closed; a cancelled body stops here
+                if S[32][L_GATE]:
+                    _park(S, w)
+                    return
+                if TI[i, T_CANCEL]:
+                    WI[I_RS], WI[I_RD] = CANCELLED, int(done + 1e-9)
+                    WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G], WF[F_TIME], WF[F_O]
+                    kind = K_BODY_END
+                    continue
             x_l, x_e = _mult(S, WI[I_DOM])
             if WI[I_PREV]:
                 moved = max(abs(x_l / WF[F_PL] - 1.0), abs(x_e / WF[F_PE] - 1.0))
                 WF[F_SEG] = WF[F_SEG] * 2 if moved <= STILL else max(1.0, WF[F_SEG] / 2)
             WI[I_PREV], WF[F_PL], WF[F_PE] = 1, x_l, x_e
             exact = WI[I_EXACT] == 1
-            du = min(WF[F_SEG], units - done)
+            du = min(WF[F_SEG], units - done) if loaded else units - done
             if exact and done + du < units:
                 du = max(1.0, float(int(du)))
             luck = WF[F_LUCK]
             if exact and done == int(done) and int(done + du) > int(done):
                 k1 = min(int(done + du), units)
                 g0, o0, t0 = sums(sg, snc, co, ct, WI[I_DS0], WI[I_DC0], int(done), k1, luck)
+                t0 *= WF[F_TASK]
                 rem = (done + du) - k1
                 g0, o0, t0 = g0 + WF[F_PG] * rem, o0 + WF[F_PO] * rem, t0 + WF[F_PT] * rem
             else:
@@ -317,7 +523,8 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
                 left = max(left, 0.0)
                 if exact and done == int(done):
                     k, g, o = cut(sg, snc, co, ct, WI[I_DS0], WI[I_DC0], int(done),
-                                  min(int(done + du) + 1, units), x_l * luck, x_e, left, False)  # fmt: skip
+                                  min(int(done + du) + 1, units), x_l * luck, x_e, WF[F_TASK], left,
+                                  False)  # fmt: skip
                 else:
                     k, g, o = int(du * left / dd), g0 * x_l * left / dd, o0 * x_e * left / dd
                 WI[I_RS], WI[I_RD] = TIMEOUT, int(done) + k
@@ -327,9 +534,13 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
             ce = o0 * x_e / dd if dd > 0 else 0.0
             EXL[WI[I_DOM]] += ce
             WF[F_CE], WF[F_SD], WF[F_DU], WF[F_SG], WF[F_SO] = ce, dd, du, g0 * x_l, o0 * x_e
-            _push(S, now + dd, w, K_SEG_END)
+            WF[F_SEGT0], WI[I_INSEG], WI[I_VER] = now, 1, S[32][L_VERSION]
+            _push(S, now + dd, w, K_SEG_END + EPOCH * WI[I_EPOCH])
             return
         elif kind == K_SEG_END:
+            WI[I_INSEG] = 0
+            if lm:  # generated steps, under the version the segment started in or a newer one
+                S[41][0 if WI[I_VER] == TI[i, T_V0] else 1] += WF[F_DU]
             EXL[WI[I_DOM]] -= WF[F_CE]
             WF[F_G] += WF[F_SG]
             WF[F_O] += WF[F_SO]
@@ -338,6 +549,15 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
             kind = K_SEG
         elif kind == K_LAST:
             if WI[I_TAIL]:  # the lost sandbox's last step, up to the failing call
+                if lm:
+                    if S[32][L_GATE]:
+                        _park(S, w)
+                        return
+                    if TI[i, T_CANCEL]:
+                        WI[I_RS], WI[I_RD] = CANCELLED, WI[I_UNITS]
+                        WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G], WF[F_TIME], WF[F_O]
+                        kind = K_BODY_END
+                        continue
                 x_l, x_e = _mult(S, WI[I_DOM])
                 WF[F_XL], WF[F_XE], WF[F_TTAIL] = x_l, x_e, now
                 tl = WF[F_TG] * x_l + WF[F_TO] * x_e + WF[F_TT]
@@ -424,6 +644,8 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
             GI[J_DONE] += 1
             WI[I_DET] = 0
             kind = K_NEXT
+            if lm and _finished(S, w, i, WI[I_STATUS], row[rec.R_WORKER], row[rec.R_SANDBOX], row[rec.R_LLM]):
+                return
         elif kind == K_BATCH or kind == K_BATCH_GO:
             _batch(S, kind)
             return
@@ -436,6 +658,10 @@ def run(S):
     Without the GIL: a thread can take the next chunks of a workload still being drawn."""
     G, GI = S[2], S[3]
     GI[J_REQ] = 0
+    if S[8][P_LOOP] != 0.0:  # what the training loop asked for since it last ran
+        _apply(S)
+        if GI[J_REQ]:
+            return GI[J_REQ]
     while True:
         if GI[J_RESUME] >= 0:  # the worker whose request Python answered
             w = GI[J_RESUME]
@@ -444,6 +670,12 @@ def run(S):
         elif GI[J_HSIZE] > 0:
             t, w, k = _pop(S)
             G[G_NOW] = t
+            if k >= EPOCH:  # a segment's end: skipped when the segment was cut since
+                if k // EPOCH != S[1][w, I_EPOCH]:
+                    continue
+                k = k % EPOCH
+            elif k == K_TIMER:
+                return R_TIMER
         else:
             return R_DONE
         _advance(S, w, k)

@@ -124,9 +124,9 @@ def lost_at(sg, snc, co, ct, s0, ns, c0, call, luck):
 
 
 @njit(cache=True, _nrt=False)
-def cut(sg, snc, co, ct, s0, c0, a, b, x_l, x_e, left, skip):
-    """Steps ``a <= s < b`` at these multipliers stopped after ``left`` seconds: steps completed,
-    generation and exec overhead spent (ChunkDetail.cut)."""
+def cut(sg, snc, co, ct, s0, c0, a, b, x_l, x_e, x_t, left, skip):
+    """Steps ``a <= s < b`` at these multipliers (``x_t``: the tools') stopped after ``left``
+    seconds: steps completed, generation and exec overhead spent (ChunkDetail.cut)."""
     call = first_call(snc, s0, a)
     llm = 0.0
     over = 0.0
@@ -138,7 +138,7 @@ def cut(sg, snc, co, ct, s0, c0, a, b, x_l, x_e, left, skip):
         left -= g
         for _ in range(snc[s0 + s]):
             o = co[c0 + call] * x_e
-            t = o + ct[c0 + call]
+            t = o + ct[c0 + call] * x_t
             if t >= left:
                 return s - a, llm, over + min(o, left)
             left -= t

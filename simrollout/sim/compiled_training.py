@@ -1,0 +1,309 @@
+"""The training loop on the compiled engine: the rollout side compiled, the trainer in Python.
+
+The compiled loop (:mod:`.compiled_loop`) runs the rollout workers and the group accounting of
+:class:`simrollout.sim.training.TrainingLoop` in mode ``async``: a queue of group members, each
+trajectory's version, a group ready when its last member ends (failed and timed-out members
+masked), the admission bound and the rollout slots (the top-up after every trajectory), the gate
+the bodies wait at while the engines load weights, barriers and cancels that end a body's segment
+with the step it is in. It returns to Python only for the trainer: when the groups it waits for
+are ready (``R_NOTIFY``) and when its update or weight sync ends (``R_TIMER``). The trainer here is
+the reference's ``_async`` / ``_step`` / ``_sync_weights`` as a plain generator, and it writes its
+requests (discards, the gate, the timer, a top-up) into the loop's arrays, which the compiled loop
+applies when it resumes (``compiled_loop._apply``).
+
+Covered: ``mode: async``, either placement, ``pause_engines_on_sync``, partial rollouts on or off,
+``max_staleness`` or ``staleness_fraction`` with their stale-sample policies, ``sync_every``,
+``mini_batch``, the trainer's time models, ``on_failure: mask``. The rest of the loop runs on the
+other engines (``Scenario.compiled_gaps``); the fidelity matrix's compiled training rows hold it
+against the step engine (docs/fidelity.md).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..rng import stream
+from . import compiled_loop as L
+from .trainer_time import TrainerClock
+from .training_results import CAUSES, LoopResults, StepRecord
+
+_BLOCK = 1024  # prompts per random block, as the reference's (simrollout.sim.training)
+_WAIT, _TIMER = 0, 1  # what the trainer waits for
+
+
+class _Gone:
+    """A discarded group as :meth:`LoopResults.length_bias` reads it."""
+
+    def __init__(self, cause: str, members: list[int]):
+        self.cause, self.members = cause, members
+
+
+class CompiledTraining(LoopResults):
+    """The training loop of ``cell`` on the compiled engine (``run`` attaches it to its run)."""
+
+    def __init__(self, cell):
+        self.cell, self.tr = cell, cell.scn.training
+        tr = self.tr
+        self.B, self.G, self.n = tr.prompts_per_step, tr.samples_per_prompt, cell.work.n
+        self.version = 0
+        self.clock = TrainerClock(self)
+        self.steps: list[StepRecord] = []
+        self.staleness: list[int] = []
+        self.trained_members: list[int] = []
+        self.ready: list[int] = []  # ready groups, in the order they became ready
+        self._seen = 0  # ready groups read from the loop's list
+        self._low = 0  # every group below it is ready, trained or discarded
+        self._stale = self._partial = 0
+        self.finished = math.nan
+        self.interrupts = 0
+        self.resumed = np.zeros(self.n, dtype=bool)
+        self._token_cum: np.ndarray | None = None
+        self._seed, self._rep = cell.scn.seed, cell.rep
+        self.trainer = None  # the trainer's generator while it runs
+        self.wants = (_WAIT, 0)
+
+    # ------------------------------------------------------------ the arrays the loop shares
+    def arrays(self, c: int) -> list[np.ndarray]:
+        """S[31:43] of the compiled loop (compiled_loop: the training loop's part)."""
+        n, G = self.n, self.G
+        ng = n // G + 1
+        self.task = np.ones(n)
+        self.li = np.zeros(L.NL, dtype=np.int64)
+        self.li[L.L_G] = G
+        self.li[L.L_NIDLE] = c  # every worker waits for the first groups
+        idle = np.zeros(c + 1, dtype=np.int64)
+        idle[:c] = np.arange(c)[::-1]  # worker 0 on top
+        self.gs = np.zeros((ng, 4), dtype=np.int64)
+        self.gf = np.zeros((ng, 5))
+        self.ti = np.zeros((n, 4), dtype=np.int64)
+        self.rq = np.zeros(ng, dtype=np.int64)
+        self.disc = np.zeros((len(CAUSES), 4))
+        self.gen_counts = np.zeros(2)
+        spread = self.tr.task_spread
+        blocks = []
+        for b in range((ng + _BLOCK - 1) // _BLOCK):  # the reference's prompt factors, per block
+            rng = stream(self._seed, self._rep, "training", "task", b)
+            blocks.append(rng.lognormal(-spread * spread / 2, spread, _BLOCK) if spread else np.ones(_BLOCK))
+        taskg = np.concatenate(blocks)[:ng].copy()
+        return [self.task, self.li, np.zeros(n, dtype=np.int64), idle, np.zeros(c + 1, dtype=np.int64),
+                self.gs, self.gf, self.ti, self.rq, self.disc, self.gen_counts, taskg]  # fmt: skip
+
+    def attach(self, run) -> None:
+        """Start the trainer; its first wait asks for the first groups."""
+        self.run, self.g_arr = run, run.S[2]
+        self.cell.task_scale = self.task
+        self.cell.loop = self
+        self.out = run.out
+        self.steps_done = run.out[:, L.rec.R_STEPS]  # read by the trainer's clock
+        self._bound()
+        self.trainer = self._async()
+        self.wake()
+
+    # ------------------------------------------------------------ what the loop reads
+    @property
+    def started(self) -> np.ndarray:
+        return self.ti[:, L.T_STARTED].astype(bool)
+
+    @property
+    def gen_steps(self) -> np.ndarray:
+        return self.gen_counts if self.tr.partial_rollouts else np.zeros(2)
+
+    @property
+    def discard(self) -> dict[str, np.ndarray]:
+        return {c: self.disc[k] for k, c in enumerate(CAUSES)}
+
+    @property
+    def groups(self) -> dict[int, _Gone]:
+        """The discarded groups (the reference keeps every group not trained)."""
+        G, gone = self.G, np.flatnonzero(self.gs[: self.li[L.L_NEXTG], L.GS_STATE] == L.DISCARDED)
+        return {int(g): _Gone(CAUSES[self.gs[g, L.GS_CAUSE]], list(range(g * G, g * G + G))) for g in gone}
+
+    @property
+    def now(self) -> float:
+        return float(self.g_arr[L.G_NOW])
+
+    # ------------------------------------------------------------ driving the trainer
+    def wake(self) -> None:
+        """The trainer's wait is over (or it starts): run it to its next wait."""
+        try:
+            what, arg = next(self.trainer)
+        except StopIteration:
+            self._end()
+            return
+        li = self.li
+        if what == _WAIT:
+            li[L.L_NEED] = arg
+        else:
+            self.g_arr[L.G_TIMER] = self.now + arg
+            li[L.L_TIMER] = 1
+
+    def over(self) -> bool:
+        """The loop's events ran out: True when the trainer is done (else it waits for groups no
+        trajectory will finish: say so)."""
+        if self.trainer is None:
+            return True
+        raise RuntimeError(
+            f"the training loop stalled at {self.now:.0f} s: the trainer waits for groups and no "
+            "trajectory runs (the compiled engine)"
+        )
+
+    def _end(self) -> None:
+        """The last step is done (or the budget ran out): groups left are discarded; no more start."""
+        self.trainer = None
+        self.finished = self.now
+        self._pull()
+        for g in list(self.ready) + self._live().tolist():
+            self._discard(int(g), "end")
+        self.g_arr[L.G_BOUND] = -1.0
+        self.li[L.L_NEED] = 0
+
+    # ------------------------------------------------------------ groups
+    def _bound(self) -> None:
+        tr = self.tr
+        self.g_arr[L.G_BOUND] = (self.version + 1 + tr.ahead) * tr.version_groups
+
+    def _pull(self) -> None:
+        """The groups the loop found ready since the last look."""
+        k = int(self.li[L.L_RQN])
+        self.ready += self.rq[self._seen : k].tolist()
+        self._seen = k
+
+    def _live(self) -> np.ndarray:
+        """The running groups."""
+        top = int(self.li[L.L_NEXTG])
+        running = np.flatnonzero(self.gs[self._low : top, L.GS_STATE] == L.RUNNING) + self._low
+        self._low = int(running[0]) if running.size else top
+        return running
+
+    def _fresh(self, groups: np.ndarray) -> np.ndarray:
+        """Which ``groups`` may still train at the current version (async: none of their started
+        members lags by more than the bound)."""
+        if self.tr.stale_policy == "keep" or not groups.size:
+            return np.ones(groups.size, dtype=bool)
+        idx = groups[:, None] * self.G + np.arange(self.G)
+        v0 = np.where(self.ti[idx, L.T_STARTED] == 1, self.ti[idx, L.T_V0], np.iinfo(np.int64).max)
+        return self.version - v0.min(axis=1) <= self.tr.stale_versions
+
+    def _discard(self, g: int, cause: str) -> None:
+        """Drop group ``g``: its finished members' cost goes to ``cause``; the rest are cancelled
+        (queued ones never start, running ones stop at their next step's start)."""
+        li, state = self.li, self.gs[g, L.GS_STATE]
+        if state == L.READY:
+            self.ready.remove(g)
+            li[L.L_NREADY] -= 1
+        elif state == L.RUNNING:
+            li[L.L_LIVE] -= 1
+        self.gs[g, L.GS_STATE], self.gs[g, L.GS_CAUSE] = L.DISCARDED, CAUSES.index(cause)
+        self.disc[CAUSES.index(cause)] += self.gf[g, 1:]
+        self.ti[g * self.G : (g + 1) * self.G, L.T_CANCEL] = 1
+        li[L.L_CUT] |= 1
+
+    def _gather(self, n: int):
+        """Wait for ``n`` useful ready groups; returns them, or None when the budget ran out."""
+        li = self.li
+        while True:
+            self._pull()
+            if self.ready:
+                ready = np.array(self.ready, dtype=np.int64)
+                for g in ready[~self._fresh(ready)]:
+                    self._discard(int(g), "staleness")
+            if len(self.ready) >= n:  # the first n ready; groups ready at once in prompt order
+                batch = sorted(self.ready, key=lambda g: (self.gf[g, L.GF_READY], g))[:n]
+                for g in batch:
+                    self.ready.remove(g)
+                li[L.L_NREADY] -= n
+                return batch
+            li[L.L_TOPUP] = 1
+            if li[L.L_EXH] and li[L.L_LIVE] == 0 and len(self.ready) < n:
+                return None
+            yield _WAIT, n
+
+    def _take(self, batch: list[int]) -> list[int]:
+        """The groups train: their samples' staleness, and whether they crossed a version."""
+        G = self.G
+        members = [i for g in batch for i in range(g * G, g * G + G)]
+        self.gs[batch, L.GS_STATE] = L.TRAINED
+        self.li[L.L_TRAINED] += len(batch)
+        v0 = self.ti[members, L.T_V0]
+        lag = self.version - v0
+        self.staleness.extend(lag.tolist())
+        self.trained_members.extend(members)
+        self._stale += int((lag > 0).sum())
+        self._partial += int((self.ti[members, L.T_VEND] > v0).sum())
+        return members
+
+    # ------------------------------------------------------------ the trainer
+    def _close(self) -> None:
+        """The gate closes: bodies end the step they are in and wait."""
+        if not self.li[L.L_GATE]:
+            self.li[L.L_GATE] = 1
+            self.li[L.L_CUT] |= 2
+
+    def _open(self) -> None:
+        if self.li[L.L_GATE]:
+            self.li[L.L_GATE] = 0
+            self.li[L.L_OPEN] = 1
+
+    def _async(self):
+        tr = self.tr
+        for k in range(tr.steps):
+            if not (yield from self._step(k, self.now)):
+                return
+
+    def _step(self, k: int, start: float):
+        """Step ``k``: its B groups ``mini_batch`` at a time, each update trained as it is ready,
+        the weights synced after every ``sync_every`` steps. False when the budget ran out."""
+        tr = self.tr
+        m = tr.update_groups
+        drawn, sync = self.clock.draws(k)
+        window_end = (k + 1) % tr.sync_every == 0
+        members, train, wait, masked = [], 0.0, 0.0, 0
+        ready = start
+        for j in range(self.B // m):
+            t = self.now
+            batch = yield from self._gather(m)
+            if batch is None:
+                return False
+            wait += self.now - t
+            ready = self.now
+            piece = self._take(batch)
+            members += piece
+            masked += int(self.gs[batch, L.GS_MASK].sum())
+            secs = self.clock.update(piece, m / self.B, drawn)
+            if tr.placement == "colocated":
+                self._close()
+            yield _TIMER, secs
+            train += secs
+            if tr.placement == "colocated" and not (window_end and j == self.B // m - 1):
+                self._open()  # generation resumes between updates
+        if window_end:
+            yield from self._sync_weights(sync)
+        else:
+            sync = 0.0
+        mean_end = float(self.out[members, L.rec.R_END].mean())
+        self.steps.append(StepRecord(start, ready, mean_end, train, sync, self.now, len(members), masked,
+                                     wait, self._stale, self._partial, math.nan))  # fmt: skip
+        self._stale = self._partial = 0
+        return True
+
+    def _sync_weights(self, sync: float):
+        """The engines load the new weights (paused, or generating on); the version goes up."""
+        if self.tr.pause_engines_on_sync:
+            self._close()
+        yield _TIMER, sync
+        self.version += 1
+        self.li[L.L_VERSION] = self.version
+        self._bound()
+        if not self.li[L.L_GATE]:  # the bodies count their steps under the new version
+            self.li[L.L_CUT] |= 2
+        self._open()
+        live = self._live()
+        if not self.tr.partial_rollouts:
+            drop = [(g, "weight_update") for g in live]
+        else:
+            drop = [(g, "staleness") for g in live[~self._fresh(live)]]
+        for g, cause in drop:
+            self._discard(int(g), cause)
+        self.li[L.L_TOPUP] = 1
