@@ -15,7 +15,7 @@ from numba import njit
 
 from . import records as rec
 from .compiled_heap import J_HSIZE, pop, push
-from .compiled_ops import cut, factor, fail_rate, first_failure, lost_at, sums
+from .compiled_ops import cut, factor, fail_rate, first_call, first_failure, lost_at, sums
 
 # request codes (the loop's return value); the last two are the training loop's (.compiled_training)
 R_DONE, R_RETRY, R_DETAIL, R_PROGRESS, R_INPUTS, R_TIMER, R_NOTIFY = 0, 1, 2, 3, 4, 5, 6
@@ -241,34 +241,56 @@ def _finished(S, w, i, status, worker, sandbox, llm):
 
 
 @njit(cache=True, _nrt=False)
-def _cut_seg(S, w):
+def _cut_seg(S, w, cancel):
     """A barrier or a cancel: worker ``w``'s segment ends with the step it is in (the gate and
-    the cancel are read at the next step's start)."""
-    WF, WI, GI = S[0][w], S[1][w], S[3]
-    du = WF[F_DU]
-    if du <= 1.0 or GI[J_HSIZE] + 1 >= S[4].size:  # one step: it ends there already
+    the cancel are read at the next step's start), or, cancelled, at the step's next check:
+    before its first call, or between two calls (the step then does not count)."""
+    WF, WI, IN = S[0][w], S[1][w], S[9]
+    if S[3][J_HSIZE] + 1 >= S[4].size:  # no room for the new end: the segment runs on
         return
-    el, dd = S[2][G_NOW] - WF[F_SEGT0], WF[F_SD]
-    done = WF[F_DONE]
-    if WI[I_EXACT] == 1 and done == int(done):  # the steps' own times
-        sg, snc, co, ct = S[27], S[28], S[29], S[30]
-        e = g = o = 0.0
-        m = 0
-        for k in range(int(done), int(done + du)):
-            gk, ok, tk = sums(sg, snc, co, ct, WI[I_DS0], WI[I_DC0], k, k + 1, WF[F_LUCK])
-            gk, ok = gk * WF[F_PL], ok * WF[F_PE]
-            e += gk + ok + tk * WF[F_TASK]
-            g += gk
-            o += ok
-            m += 1
-            if e > el:
-                break
-    else:  # steps of equal length
-        m = min(int(du), int(el / (dd / du)) + 1)
-        e, g, o = dd * m / du, WF[F_SG] * m / du, WF[F_SO] * m / du
-    if m >= du:
-        return
-    WF[F_SD], WF[F_DU], WF[F_SG], WF[F_SO] = e, float(m), g, o
+    sg, snc, co, ct = S[27], S[28], S[29], S[30]
+    el, du, done, i = S[2][G_NOW] - WF[F_SEGT0], WF[F_DU], WF[F_DONE], WI[I_I]
+    exact = WI[I_EXACT] == 1 and done == int(done)
+    x_l, x_e, luck, task = WF[F_PL], WF[F_PE], WF[F_LUCK], WF[F_TASK]
+    ds0, dc0 = WI[I_DS0], WI[I_DC0]
+    per_calls = int(IN[i, C_CALLS] / IN[i, C_STEPS] + 0.5) if IN[i, C_STEPS] > 0 else 0
+    t = g = o = 0.0
+    for m in range(int(du)):
+        if exact:
+            k = int(done) + m
+            gk, n, c0 = sg[ds0 + k] * luck * x_l, snc[ds0 + k], first_call(snc, ds0, k)
+            ok = tk = 0.0  # the calls' times, read one by one below
+        else:  # steps of equal length, their calls alike
+            gk, n = WF[F_SG] / du, max(per_calls, 1 if WF[F_SO] > 0 else 0)
+            ok = WF[F_SO] / du / n if n else 0.0
+            tk = (WF[F_SD] / du - gk) / n - ok if n else 0.0
+            c0 = 0
+        edge, spent = t + gk, 0.0
+        if cancel and el < edge and n > 0:  # generating: stopped before the first call
+            _reschedule(S, w, edge, m + 0.5, g + gk, o)
+            return
+        for j in range(n):
+            oj, tj = (co[dc0 + c0 + j] * x_e, ct[dc0 + c0 + j] * task) if exact else (ok, tk)
+            edge += oj + tj
+            spent += oj
+            if cancel and el < edge and j + 1 < n:  # in a call: stopped before the next one
+                _reschedule(S, w, edge, m + 0.5, g + gk, o + spent)
+                return
+        if not exact and n == 0:
+            edge = t + WF[F_SD] / du
+        t, g, o = edge, g + gk, o + spent
+        if el < t:  # the step it is in ends here
+            if m + 1 < du:
+                _reschedule(S, w, t, m + 1.0, g, o)
+            return
+
+
+@njit(cache=True, _nrt=False)
+def _reschedule(S, w, e, du, g, o):
+    """Worker ``w``'s segment now ends ``e`` seconds in, after ``du`` steps (a half: stopped within
+    the last), ``g`` generating and ``o`` in exec overhead; its old end is skipped."""
+    WF, WI = S[0][w], S[1][w]
+    WF[F_SD], WF[F_DU], WF[F_SG], WF[F_SO] = e, du, g, o
     WI[I_EPOCH] += 1
     _push(S, WF[F_SEGT0] + e, w, K_SEG_END + EPOCH * WI[I_EPOCH])
 
@@ -281,8 +303,10 @@ def _apply(S):
     if LI[L_CUT]:
         barrier = LI[L_CUT] & 2
         for w in range(c):
-            if S[1][w, I_INSEG] and (barrier or S[38][S[1][w, I_I], T_CANCEL]):
-                _cut_seg(S, w)
+            if S[1][w, I_INSEG]:
+                cancel = S[38][S[1][w, I_I], T_CANCEL] == 1
+                if barrier or cancel:
+                    _cut_seg(S, w, cancel)
         LI[L_CUT] = 0
     if LI[L_OPEN]:
         for k in range(LI[L_NGATE]):
@@ -540,7 +564,7 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
         elif kind == K_SEG_END:
             WI[I_INSEG] = 0
             if lm:  # generated steps, under the version the segment started in or a newer one
-                S[41][0 if WI[I_VER] == TI[i, T_V0] else 1] += WF[F_DU]
+                S[41][0 if WI[I_VER] == TI[i, T_V0] else 1] += np.ceil(WF[F_DU])  # a step cut in counts
             EXL[WI[I_DOM]] -= WF[F_CE]
             WF[F_G] += WF[F_SG]
             WF[F_O] += WF[F_SO]

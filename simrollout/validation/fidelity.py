@@ -195,10 +195,10 @@ def training_rows() -> list[Row]:
 
 
 def compiled_rows() -> list[Row]:
-    """The matrix's rows the compiled engine covers (``Scenario.compiled_gaps``): compared
-    with the step engine by ``compare(row, fast="compiled")``."""
+    """The matrix's rows the compiled engine covers (``Scenario.compiled_gaps``), the training
+    rows among them: compared with the step engine by ``compare(row, fast="compiled")``."""
     out = []
-    for row in matrix():
+    for row in matrix() + training_rows():
         d = build(row, row.trajectories or 1000, 20, 256)
         if scenario_from_dict(d).compiled_gaps() is None:
             out.append(row)

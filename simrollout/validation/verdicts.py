@@ -74,6 +74,10 @@ def compiled_route(scn: Scenario) -> str | None:
     matrix's compiled rows of its policy and load hold), else None."""
     if scn.compiled_gaps() is not None:
         return None
+    if scn.training is not None:  # the training rows that back its loop
+        if any(name in COMPILED_OUTSIDE for name in _training_rows_of(scn)):
+            return None
+        return "the compiled engine, within the fidelity matrix's compiled training rows"
     policy, load, extras = row_of(scn)
     for name in COMPILED_OUTSIDE:
         p, ld, *x = name.split("/")
@@ -207,6 +211,12 @@ def training_route(scn: Scenario, steps: float) -> tuple[str, str]:
         return "step", (
             f"auto: the training loop runs on the step engine: the fidelity matrix's row {name} "
             f"misses {metric} by {diff:+.2f}% (tolerance ±{TRAINING_TOLERANCE[metric]:g}%)"
+        )
+    compiled = compiled_route(scn)
+    if compiled:
+        return (
+            "compiled",
+            f"auto: {steps:,.0f} steps; the training loop in mode '{scn.training.mode}' on {compiled}",
         )
     return "trajectory", (
         f"auto: {steps:,.0f} steps; the training loop in mode '{scn.training.mode}' at trajectory "
