@@ -552,6 +552,8 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
                 else:
                     k, g, o = int(du * left / dd), g0 * x_l * left / dd, o0 * x_e * left / dd
                 WI[I_RS], WI[I_RD] = TIMEOUT, int(done) + k
+                if lm:  # the steps it generated, the one cut in included
+                    S[41][0 if S[32][L_VERSION] == TI[i, T_V0] else 1] += min(k + 1.0, du)
                 WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G] + g, WF[F_TIME] + left, WF[F_O] + o
                 _push(S, now + left, w, K_BODY_END)
                 return
