@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..scenario import Scenario
 from ..sim.compiled import run_compiled
-from ..sim.metrics import aggregate, summarize
+from ..sim.metrics import aggregate
 from ..sim.model import Cell
 from ..sim.pilot_run import run_pilot, slice_scenario
 from ..sim.records import Records
@@ -125,35 +125,7 @@ def run_cell(
     else:
         cell = Cell(scn, sub, key.concurrency, key.replication, work, fid, progress, sink, keep, pilot)
         rec = cell.run()
-    busy = cell.gpu_busy_seconds()
-    summary = summarize(
-        cell.acc,
-        scn,
-        sub,
-        busy,
-        extra_sandbox_seconds=cell.fleet.pool_sandbox_seconds + cell.fleet.parked_seconds,
-        peak_sandboxes=cell.fleet.peak_sandboxes,
-        pool_idle_seconds=cell.fleet.pool_idle_seconds,
-    )
-    if cell.fleet.images is not None:
-        summary.update(cell.fleet.images.summary())
-    if scn.policy.reuse:
-        summary.update(sandboxes_reused=cell.fleet.reuses, reuse_idle_hours=cell.fleet.parked_seconds / 3600)
-    if pilot is not None:
-        summary.update(pilot.scaled_summary(cell.acc.turns))
-        engine_seconds = scn.cluster.inference.engines * cell.acc.end
-        summary["engine_busy_fraction"] = busy / engine_seconds if engine_seconds else 0.0
-    elif scn.workload.tokens is not None:
-        summary.update(cell.tier.summary(cell.acc.end))
-    if scn.sandboxless:  # no sandbox: the trajectory's wall time holds none
-        summary.update(sandbox_hours=0.0, sandbox_cost_usd=0.0)
-    if cell.loop is not None:
-        inf = scn.cluster.inference
-        cell.loop.adjust(summary, inf)
-        summary.update(cell.loop.summary(inf.engines if inf else 0, cell.tier.utilised_seconds))
-        summary["_steps"] = cell.loop.step_table()
-    # trajectories waited at once at multipliers drawn from a window of the steady state
-    summary["one_wait_fraction"] = cell.steady.ran / cell.acc.n if cell.steady and cell.acc.n else 0.0
+    summary = cell.metrics.summary(cell.gpu_busy_seconds())  # the records' and each part's
     summary["_compile"] = getattr(cell, "compile_seconds", 0.0)  # the compiled loop's, in this process
     if pilot is not None:
         summary["_pilot"] = (pilot_key, pilot)

@@ -26,7 +26,7 @@ class StepBody:
     def _steps(self, i: int, host: int, deadline: float, fail_call: int):
         """Every step of trajectory ``i``: ``(status, generation, steps done, exec overhead)``."""
         w, env, fleet = self.work, self.env, self.fleet
-        st = self._chunks[i // CHUNK]
+        st = self.chunks[i // CHUNK]
         overhead = st.draws.call_overhead
         first_call = int(w.call_off[st.lo])  # calls are numbered from the chunk's first
         f_e = fleet.factor["exec"]

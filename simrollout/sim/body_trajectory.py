@@ -18,7 +18,7 @@ class TrajectoryBody:
 
     def _body_trajectory(self, i: int, host: int, deadline: float, fail_call: int, t0: float):
         """The body as few timeouts: ``(status, generation, steps done, body time, exec overhead)``."""
-        env, st = self.env, self._chunks[i // CHUNK]
+        env, st = self.env, self.chunks[i // CHUNK]
         j = i - st.lo
         *_, llm, over, tool, setup, reward, steps = st.inputs[j].tolist()  # _IN
         llm *= self._x.get(i, 1.0)
@@ -26,14 +26,14 @@ class TrajectoryBody:
         if fail_call:
             status = LOST
             units, tail = self._lost_at(i, fail_call)
-        if not self._loaded:
+        if not self.loaded:
             sums = (llm, over, tool, setup, reward, steps)
             return (yield from self._body_alone(i, st, deadline, t0, status, units, tail, sums))
         per = (llm / steps, over / steps, tool / steps) if steps else (0.0, 0.0, 0.0)
         start = (0.0, 0.0, 0.0, 0.0)  # steps done, generation, body time, exec overhead
         steady = (
             self._steady(host, deadline, units, per, setup, reward)
-            if tail is None and self._settled()
+            if tail is None and self.settled()
             else None
         )
         if steady is not None:  # one wait; the start of the drain cuts it short
@@ -75,7 +75,7 @@ class TrajectoryBody:
         d, x_l, x_e, rate, c_g, c_e = steady
         if self.steady is not None:
             self.steady.body(i, x_l, x_e, host)
-        self._gen_load += c_g
+        self.gen_load += c_g
         fleet.add_exec_load(host, c_e)
         self._long[i] = env.active_process
         try:
@@ -86,7 +86,7 @@ class TrajectoryBody:
             spent = env.now - t0
         finally:
             self._long.pop(i, None)
-            self._gen_load -= c_g
+            self.gen_load -= c_g
             fleet.add_exec_load(host, -c_e)
         return None, spent
 
@@ -94,7 +94,7 @@ class TrajectoryBody:
         """The whole body as one wait at the steady load: ``(duration, x_l, x_e, seconds per step,
         generating share, exec share)``, or None for a body that may reach its deadline (the
         segments cut it exactly)."""
-        x_l, x_e = self._multipliers(host)
+        x_l, x_e = self.multipliers(host)
         rate = per[0] * x_l + per[1] * x_e + per[2]
         d = setup + units * rate + reward
         if self.env.now + (d - reward) * AT_RISK > deadline or d <= 0:
@@ -103,15 +103,15 @@ class TrajectoryBody:
 
     # per-step detail of a body, its generation scaled by the body's own multiplier (serving pilot)
     def _cut(self, i, s0, s1, x_l, x_e, left, skip=False) -> tuple[int, float, float]:
-        d, j = self._span(i)
+        d, j = self.span(i)
         return d.cut(j, s0, s1, x_l * self._x.get(i, 1.0), x_e, left, skip)
 
     def _sums(self, i: int, s0: int, s1: int) -> tuple[float, float, float]:
-        d, j = self._span(i)
+        d, j = self.span(i)
         g, o, t = d.sums(j, s0, s1)
         return g * self._x.get(i, 1.0), o, t
 
     def _lost_at(self, i: int, fail_call: int) -> tuple[int, tuple[float, float, float]]:
-        d, j = self._span(i)
+        d, j = self.span(i)
         s, (g, o, t) = d.lost_at(j, fail_call)
         return s, (g * self._x.get(i, 1.0), o, t)

@@ -1,6 +1,7 @@
-"""What a cell's helpers (the steady-state window, the training loop's bodies) read and change of
-the cell and the loop: the interface they are written against, so that they never import the
-cell that owns them (no import cycle, type-only imports included)."""
+"""What a cell's helpers (the steady-state window, the training loop's bodies, the compiled engine)
+read and change of the cell and the loop: the interface they are written against, so that they
+never import the cell that owns them (no import cycle, type-only imports included), nor reach
+into its private members. Its metrics go through its :class:`~.metrics.MetricsStore`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
     from ..scenario import Scenario, Substrate
     from .chunks import Chunk
     from .fleet import Fleet
+    from .metrics import MetricsStore
+    from .records import Row
     from .substrate_draws import ChunkDetail
     from .workload_draws import Work
 
@@ -35,19 +38,23 @@ class CellView(Protocol):
     llm_gate: Callable[[], simpy.Event | None] | None
     llm_abort: Callable[[], simpy.Event] | None
     on_resume: Callable[[int], None] | None
-    _loaded: bool
-    _heads: bool
-    _gen_load: float
-    _started: int
-    _steady_run: bool
-    _chunks: dict[int, Chunk]
+    loaded: bool
+    heads: bool
+    gen_load: float
+    started: int
+    steady_run: bool
+    chunks: dict[int, Chunk]
+    metrics: MetricsStore
+    curve: list[float]  # the serving engines' load curve (a pilot), else empty
 
-    def _chunk(self, c: int) -> Chunk: ...
-    def _detail(self, c: int) -> ChunkDetail: ...
-    def _record(self, i: int, st: Chunk, row: tuple | None) -> None: ...
-    def _settled(self) -> bool: ...
-    def _later(self, start: float, end: float, c_g: float) -> None: ...
-    def _multipliers(self, host: int) -> tuple[float, float]: ...
+    def chunk(self, c: int) -> Chunk: ...
+    def detail_of(self, c: int) -> ChunkDetail: ...
+    def record(self, i: int, st: Chunk, row: Row | None) -> None: ...
+    def settled(self) -> bool: ...
+    def later(self, start: float, end: float, c_g: float) -> None: ...
+    def multipliers(self, host: int) -> tuple[float, float]: ...
+    def span(self, i: int) -> tuple[ChunkDetail, int]: ...
+    def finish_chunk(self, c: int) -> None: ...
 
 
 class LoopView(Protocol):

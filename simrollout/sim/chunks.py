@@ -10,7 +10,7 @@ import numpy as np
 
 from ..rng import stream
 from .records import INPUTS as _IN
-from .records import R_ATTEMPTS, R_COLD, R_END, R_START, R_STATUS, R_STEPS, R_WAIT, ROW, STATUS, Records
+from .records import ROW_DTYPE, STATUS, Row, records_of
 from .serving_pilot import phases
 from .substrate_draws import ChunkDetail, SubstrateDraws, arrival_gaps, chunk_detail, draw_substrate
 from .workload_draws import CHUNK, sums_at_once
@@ -21,7 +21,7 @@ class Chunk:
 
     def __init__(self, lo: int, inputs: np.ndarray, draws: SubstrateDraws, arrival: np.ndarray):
         self.lo, self.inputs, self.draws, self.arrival = lo, inputs, draws, arrival
-        self.out = np.zeros((len(inputs), len(ROW)))
+        self.rows = np.zeros(len(inputs), dtype=ROW_DTYPE)  # each trajectory's row, by name
         self.gen = np.zeros((len(inputs), 3))  # body start, end, generating share (GPU estimate)
         self.left = len(inputs)
         self.ran = np.zeros(len(inputs), dtype=bool)  # rows written (the training loop starts a subset)
@@ -42,15 +42,15 @@ class ChunkRows:
     or kept when ``keep``) once its last trajectory ended."""
 
     def _init_chunks(self) -> None:
-        self._chunks: dict[int, Chunk] = {}
+        self.chunks: dict[int, Chunk] = {}
         # exec overhead and tool latency sums drawn at once (trajectory fidelity; the training
         # loop's bodies read every step, so its cells draw the calls, as does the fidelity matrix)
         self._summed = sums_at_once(self.scn, self.step)
         self._last_arrival = 0.0  # of the latest chunk whose arrivals were drawn
 
-    def _chunk(self, c: int) -> Chunk:
+    def chunk(self, c: int) -> Chunk:
         """The chunk's state, drawn when its first trajectory is needed."""
-        st = self._chunks.get(c)
+        st = self.chunks.get(c)
         if st is None:
             w, lo = self.work, c * CHUNK
             d = draw_substrate(self.scn, self.sub, self.rep, w, c, detail=not self._summed)
@@ -65,7 +65,7 @@ class ChunkRows:
                 gaps = arrival_gaps(self.scn, self.rep, c, len(inputs))
                 arrival = self._last_arrival + np.cumsum(gaps)
                 self._last_arrival = float(arrival[-1])
-            st = self._chunks[c] = Chunk(lo, inputs, d, arrival)
+            st = self.chunks[c] = Chunk(lo, inputs, d, arrival)
             if self.pilot is not None:
                 n = len(inputs)
                 phase = phases(w.n, self.concurrency, self.scn, lo, lo + n)
@@ -74,18 +74,15 @@ class ChunkRows:
         return st
 
     def arrival(self, i: int) -> float:
-        return float(self._chunk(i // CHUNK).arrival[i % CHUNK])
+        return float(self.chunk(i // CHUNK).arrival[i % CHUNK])
 
-    def _finish(self, c: int) -> None:
-        st = self._chunks.pop(c)
+    def finish_chunk(self, c: int) -> None:
+        st = self.chunks.pop(c)
         if st.fill is not None:
             st.fill()
         ran = slice(None) if st.ran.all() else st.ran
-        cols = dict(zip(ROW, st.out[ran].T))
-        ints = {"attempts": np.int8, "status": np.int8, "warm": bool, "steps_done": np.int32}
-        cols = {k: v.astype(ints.get(k, np.float64)) for k, v in cols.items()}
-        rec = Records(arrival=st.arrival[ran], **cols)
-        self.acc.add(rec, None if self.step else st.gen)
+        rec = records_of(st.rows[ran], st.arrival[ran])
+        self.metrics.add(rec, None if self.step else st.gen)
         if self.sink is not None:
             self.sink(rec, st.lo)
         if self.keep:
@@ -94,42 +91,42 @@ class ChunkRows:
     def close(self) -> None:
         """Fold in the chunks whose every trajectory was not started (the training loop stops
         before its budget): their rows that ran."""
-        for c in sorted(self._chunks):
-            if self._chunks[c].ran.any():
-                self._finish(c)
-        self._chunks.clear()
+        for c in sorted(self.chunks):
+            if self.chunks[c].ran.any():
+                self.finish_chunk(c)
+        self.chunks.clear()
 
-    def _record(self, i: int, st: Chunk, row: tuple | None) -> None:
+    def record(self, i: int, st: Chunk, row: Row | None) -> None:
         """Trajectory ``i`` ended: its row (None: a one-wait trajectory's, filled with its chunk)."""
         if row is not None:
-            st.out[i - st.lo] = row
+            st.rows[i - st.lo] = row
             if self.trace is not None:
                 self._trace(i, row)
         st.ran[i - st.lo] = True
         st.left -= 1
         if st.left == 0:
-            self._finish(i // CHUNK)
+            self.finish_chunk(i // CHUNK)
 
-    def _trace(self, i: int, row) -> None:
+    def _trace(self, i: int, row: Row) -> None:
         """Spans of a timeline (simrollout.run.timeline): the trajectory, and its sandbox's create."""
-        start, end, cold, waited = row[R_START], row[R_END], row[R_COLD], row[R_WAIT]
-        status, steps, attempts = int(row[R_STATUS]), int(row[R_STEPS]), int(row[R_ATTEMPTS])
+        start, end, cold, waited = row.start, row.end, row.cold, row.acquire_wait
+        status, steps, attempts = int(row.status), int(row.steps_done), int(row.attempts)
         args = {"status": STATUS.get(status, "lost"), "steps": steps, "attempts": attempts}
         if cold > 0 and attempts == 1:
             self.trace.append(("trajectories", i, "sandbox create", start + waited, cold, {}))
         self.trace.append(("trajectories", i, f"trajectory {i}", start, end - start, args))
 
     # ------------------------------------------------------------ per-step detail
-    def _detail(self, c: int) -> ChunkDetail:
-        st = self._chunks[c]
+    def detail_of(self, c: int) -> ChunkDetail:
+        st = self.chunks[c]
         if st.detail is None:
             st.detail = chunk_detail(self.scn, self.sub, self.rep, self.work, c, summed=self._summed)
         return st.detail
 
-    def _span(self, i: int) -> tuple[ChunkDetail, int]:
+    def span(self, i: int) -> tuple[ChunkDetail, int]:
         """Trajectory ``i``'s per-step detail and its index within it: kept when the workload
         was drawn if the body is long, else the chunk drawn again."""
-        st = self._chunks[i // CHUNK]
+        st = self.chunks[i // CHUNK]
         if i in st.draws.kept and st.detail is None:
             return ChunkDetail.one(*self.work.kept[i], st.draws.kept[i]), 0
-        return self._detail(i // CHUNK), i - st.lo
+        return self.detail_of(i // CHUNK), i - st.lo

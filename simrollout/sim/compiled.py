@@ -6,7 +6,9 @@ What it covers (``Scenario.compiled_gaps``): async batches, Poisson arrivals and
 contention curves (``base x m(load at its start)``), operations weighed by phase, contention per
 host, service or client; quotas and create-rate limits; failures, retries and timeouts; serving
 engines through a pilot. Warm pools, task images, sandbox reuse, shared creates and teardowns,
-a loaded inference tier without serving engines and the training loop run on the other engines.
+a loaded inference tier without serving engines and a training loop other than async with partial
+rollouts run on the other engines; an async loop's rollout side runs here
+(:mod:`.compiled_training`).
 The body runs in segments that re-read the load at each boundary, as the trajectory engine's do,
 without its steady-state sampling.
 """
@@ -23,7 +25,7 @@ from ..rng import stream
 from ..scenario import Substrate
 from . import compiled_loop as L
 from .compiled_ops import curve_params, rate_params
-from .records import Records
+from .records import Records, row_table
 from .workload_draws import CHUNK
 
 COMPILE = {"seconds": None}  # the first run's compile (or cache load) time in this process
@@ -55,7 +57,7 @@ def _params(cell) -> dict:
     p[L.P_RETRIES], p[L.P_BACKOFF] = pol.retries, pol.retry_backoff
     p[L.P_RATE] = sub.create_rate or 0.0
     p[L.P_MINBILL] = sub.billing.minimum_seconds
-    p[L.P_LOADED] = float(cell._loaded)
+    p[L.P_LOADED] = float(cell.loaded)
     p[L.P_QUOTA] = float(fleet.quota is not None)
     p[L.P_SCOPE] = {"host": 0, "service": 1, "client": 2}[fleet.scope]
     p[L.P_CLIENTS] = scn.cluster.clients
@@ -64,7 +66,7 @@ def _params(cell) -> dict:
     p[L.P_WEIGHTS] = float(w is not None)
     p[L.P_N], p[L.P_C] = cell.work.n, c
     p[L.P_LOOP] = float(scn.training is not None)
-    curve = np.asarray(cell._curve, dtype=np.float64)
+    curve = np.asarray(cell.curve, dtype=np.float64)
     return dict(p=p, fp=fp, tab=tab, tsz=tsz, rates=rates, weights=weights, domains=domains, curve=curve)
 
 
@@ -77,7 +79,8 @@ class CompiledRun:
         self.cell, self.training = cell, training
         n, c = cell.work.n, cell.concurrency
         q = _params(cell)
-        self.inputs, self.out, self.gen = np.zeros((n, 13)), np.zeros((n, 14)), np.zeros((n, 3))
+        self.inputs, self.gen = np.zeros((n, 13)), np.zeros((n, 3))
+        self.rows, self.out = row_table(n)  # by name; the loop writes the float matrix
         self.arrival, self.scale = np.zeros(n), np.ones(n)
         gi = np.zeros(L.NJ, dtype=np.int64)
         gi[L.J_BHI] = n
@@ -113,12 +116,13 @@ class CompiledRun:
         """Chunk ``k``'s draws, their rows in the run's arrays: the trajectories ready after it."""
         cell = self.cell
         cell.work.wait(k)
-        st = cell._chunk(k)
+        st = cell.chunk(k)
         sl = slice(st.lo, st.lo + len(st.inputs))
         self.inputs[sl], self.arrival[sl] = st.inputs, st.arrival
         if st.scale is not None:
             self.scale[sl] = st.scale
-        st.inputs, st.out, st.gen, st.arrival = self.inputs[sl], self.out[sl], self.gen[sl], self.arrival[sl]
+        st.inputs, st.rows = self.inputs[sl], self.rows[sl]
+        st.gen, st.arrival = self.gen[sl], self.arrival[sl]
         return sl.stop
 
     def start(self) -> None:
@@ -176,10 +180,10 @@ class CompiledRun:
         cell, wi = self.cell, self.S[1]
         i = int(wi[w, L.I_I])
         c = i // CHUNK
-        if c != self._detail_chunk and self._detail_chunk in cell._chunks:
-            cell._chunks[self._detail_chunk].detail = None
+        if c != self._detail_chunk and self._detail_chunk in cell.chunks:
+            cell.chunks[self._detail_chunk].detail = None
         self._detail_chunk = c
-        d, j = cell._span(i)
+        d, j = cell.span(i)
         a, b = int(d.step_off[j]), int(d.step_off[j + 1])
         c0, c1 = int(d.call_off[j]), int(d.call_off[j + 1])
         self._room(b - a, c1 - c0)
@@ -217,17 +221,17 @@ class CompiledRun:
         """Fold every chunk into the cell's metrics; the fleet's peak and the bodies' times."""
         cell, gi = self.cell, self.S[3]
         started = self.S[38][:, L.T_STARTED] if self.training is not None else None
-        for k in sorted(cell._chunks):
-            st = cell._chunks[k]
+        for k in sorted(cell.chunks):
+            st = cell.chunks[k]
             st.ran[:] = True if started is None else started[st.lo : st.lo + len(st.ran)]
             st.left = 0
             if st.ran.any():
-                cell._finish(k)
+                cell.finish_chunk(k)
             else:  # the training loop stopped before its budget: none of these started
-                del cell._chunks[k]
+                del cell.chunks[k]
         cell.fleet.peak_sandboxes = int(gi[L.J_PEAK])
-        if cell._curve:
-            cell._on, cell._off = self.S[25][: gi[L.J_NON]], self.S[26][: gi[L.J_NOFF]]
+        if cell.curve:
+            cell.bodies_on, cell.bodies_off = self.S[25][: gi[L.J_NON]], self.S[26][: gi[L.J_NOFF]]
         if cell.progress is not None and gi[L.J_DONE] > gi[L.J_TOLD]:
             cell.progress(int(gi[L.J_DONE] - gi[L.J_TOLD]))
 

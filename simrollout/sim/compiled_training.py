@@ -95,8 +95,9 @@ class CompiledTraining(LoopResults):
         self.run, self.g_arr = run, run.S[2]
         self.cell.task_scale = self.task
         self.cell.loop = self
-        self.out = run.out
-        self.steps_done = run.out[:, L.rec.R_STEPS]  # read by the trainer's clock
+        self.cell.metrics.attach(self.report)
+        self.rows = run.rows
+        self.steps_done = run.rows["steps_done"]  # read by the trainer's clock
         self._bound()
         self.trainer = self._async()
         self.wake()
@@ -282,7 +283,7 @@ class CompiledTraining(LoopResults):
             yield from self._sync_weights(sync)
         else:
             sync = 0.0
-        mean_end = float(self.out[members, L.rec.R_END].mean())
+        mean_end = float(self.rows["end"][members].mean())
         self.steps.append(StepRecord(start, ready, mean_end, train, sync, self.now, len(members), masked,
                                      wait, self._stale, self._partial, math.nan))  # fmt: skip
         self._stale = self._partial = 0

@@ -78,7 +78,24 @@ class Fleet:
         self.parked_seconds = 0.0  # sandbox-seconds of reusable sandboxes waiting for their task
         self.reuses = 0
 
+    # ------------------------------------------------------------ its metrics
+    def totals(self) -> dict:
+        """What the cell's base metrics need of the fleet (a :class:`~.metrics.MetricsStore` part):
+        sandbox-seconds outside the trajectories (pool sandboxes before their claim, parked
+        reusable ones), the peak of sandboxes alive, the pool's idle seconds."""
+        extra = self.pool_sandbox_seconds + self.parked_seconds
+        return {"extra_sandbox_seconds": extra, "peak_sandboxes": self.peak_sandboxes,
+                "pool_idle_seconds": self.pool_idle_seconds}  # fmt: skip
+
+    def report(self, store, out: dict) -> None:
+        """Task images' and reuse's metrics, when the scenario has them."""
+        if self.images is not None:
+            out.update(self.images.summary())
+        if store.scn.policy.reuse:
+            out.update(sandboxes_reused=self.reuses, reuse_idle_hours=self.parked_seconds / 3600)
+
     # ------------------------------------------------------------ operations on a host
+
     def dom(self, host: int, client: int) -> int:
         """The contention domain of an operation on ``host`` issued by rollout client ``client``
         (a trajectory's client is its index modulo the clients)."""

@@ -26,40 +26,40 @@ class BodyLoad:
         self._x: dict[int, float] = {}  # luck of each running body
         # the pilot's load ratio and engines busy at each count of bodies
         curve = [pilot.at(b / inf.engines) for b in range(self.concurrency + 2)] if pilot else []
-        self._curve = [x for x, _ in curve]  # the load ratio at each count of bodies
+        self.curve = [x for x, _ in curve]  # the load ratio at each count of bodies
         self._busy_at = [inf.engines * f for _, f in curve]  # engines busy at each count
         # when bodies start and end (every one, full or one-wait): engine busy time is integrated
         # over them once, at the end (gpu_busy_seconds)
-        self._on, self._off = array("d"), array("d")
+        self.bodies_on, self.bodies_off = array("d"), array("d")
         self._lean_on: list[float] = []  # heaps: one-wait bodies' starts and ends not yet counted
         self._lean_off: list[float] = []
         self.turn_log: list | None = None  # a pilot's turns: (trajectory, bodies, seconds, unloaded)
         # trajectory fidelity: the load as the sum of every running body's expected share of
         # its current segment in generation (the tier) and in exec overhead (per host)
-        self._gen_load = 0.0
+        self.gen_load = 0.0
         # a loaded tier without a pilot: one-wait bodies' starts and ends to come, with their share
         # in generation (a pilot's are in _lean_on / _lean_off)
         self._pending: list[tuple[float, int, float]] = []
-        self._heads = bool(inf and inf.slowdown)  # a segment's first generation waited on its own
-        self._slowdown = inf.slowdown if self._heads else 0.0
+        self.heads = bool(inf and inf.slowdown)  # a segment's first generation waited on its own
+        self._slowdown = inf.slowdown if self.heads else 0.0
         self._engines = inf.engines if inf else 1
         self._f_exec = self.fleet.factor["exec"]
 
     def _count_bodies(self, change: int) -> None:
         """A body starts (+1) or ends (-1) now."""
         self.bodies += change
-        if self._curve:
-            (self._on if change > 0 else self._off).append(self.env.now)
+        if self.curve:
+            (self.bodies_on if change > 0 else self.bodies_off).append(self.env.now)
 
-    def _later(self, start: float, end: float, c_g: float) -> None:
+    def later(self, start: float, end: float, c_g: float) -> None:
         """A one-wait trajectory's body runs from ``start`` to ``end`` generating ``c_g`` of the
         time: counted when the bodies or the tier's load are next read (no events)."""
-        if self._curve:
+        if self.curve:
             heapq.heappush(self._lean_on, start)
             heapq.heappush(self._lean_off, end)
-            self._on.append(start)
-            self._off.append(end)
-        elif self._heads:
+            self.bodies_on.append(start)
+            self.bodies_off.append(end)
+        elif self.heads:
             heapq.heappush(self._pending, (start, 1, c_g))
             heapq.heappush(self._pending, (end, -1, -c_g))
 
@@ -76,19 +76,19 @@ class BodyLoad:
         while pending and pending[0][0] <= now:
             _, change, c_g = heapq.heappop(pending)
             self.bodies += change
-            self._gen_load += c_g
+            self.gen_load += c_g
 
-    def _multipliers(self, host: int) -> tuple[float, float]:
+    def multipliers(self, host: int) -> tuple[float, float]:
         """Generation and exec-overhead multipliers for a body on ``host`` at the current load of
         the other bodies (a request joins the least-loaded engine, about half a request below
         the mean; an exec counts itself, as in the step engine)."""
         x_l = 1.0
         if self._pending or self._lean_on or self._lean_off:
             self._catch_up(self.env.now)
-        if self._curve:  # serving engines: the pilot's load curve at the bodies running
-            x_l = self._curve[min(self.bodies, len(self._curve) - 1)]
-        elif self._heads:  # a loaded tier
-            x_l = 1.0 + self._slowdown * max(self._gen_load / self._engines - _JSQ, 0.0)
+        if self.curve:  # serving engines: the pilot's load curve at the bodies running
+            x_l = self.curve[min(self.bodies, len(self.curve) - 1)]
+        elif self.heads:  # a loaded tier
+            x_l = 1.0 + self._slowdown * max(self.gen_load / self._engines - _JSQ, 0.0)
         fleet = self.fleet
         return x_l, self._f_exec(1.0 + fleet.load(host, "exec"))
 
@@ -101,7 +101,7 @@ class BodyLoad:
         if self.step:
             return self.tier.busy_seconds
         if self.pilot is not None:  # the pilot's busy fraction over time, at the bodies running
-            return busy_integral(self._on, self._off, self._busy_at)
+            return busy_integral(self.bodies_on, self.bodies_off, self._busy_at)
         load, width = self.acc.load.mean_load(self.acc.end)
         return float((expected_busy_engines(np.maximum(load, 0.0), inf.engines) * width).sum())
 

@@ -39,7 +39,7 @@ class _Steps:
     """Per-step generation, exec overhead and tool time of one chunk, and each step's calls."""
 
     def __init__(self, cell: CellView, c: int):
-        d = cell._detail(c)
+        d = cell.detail_of(c)
         self.d = d
         n_steps = len(d.step_llm)
         calls = d.step_calls.astype(np.int64)
@@ -61,7 +61,7 @@ class LoopBodies:
         self.waiting: dict[int, simpy.Process] = {}  # bodies waiting a segment (interruptible)
         self._steps: dict[int, _Steps] = {}
         cell.fleet.defer = False  # the loop's gate and cancels act on bodies in time
-        self._loaded = cell._loaded
+        self.loaded = cell.loaded
 
     # ------------------------------------------------------------ the loop's events
     def barrier(self) -> None:
@@ -105,7 +105,7 @@ class LoopBodies:
         the others read), until the deadline or an interrupt: ``(why interrupted, seconds)``."""
         env, cell = self.env, self.cell
         t = env.now
-        cell._gen_load += c_g
+        cell.gen_load += c_g
         cell.fleet.add_exec_load(host, c_e)
         why = None
         self.waiting[i] = env.active_process
@@ -115,7 +115,7 @@ class LoopBodies:
             why = e.cause
         finally:
             self.waiting.pop(i, None)
-            cell._gen_load -= c_g
+            cell.gen_load -= c_g
             cell.fleet.add_exec_load(host, -c_e)
         spent = env.now - t
         return why, (d if why is None and spent >= d - 1e-9 else spent)
@@ -176,7 +176,7 @@ class LoopBodies:
     def body(self, i: int, host: int, deadline: float, fail_call: int, t_begin: float):
         """Trajectory ``i``'s body: ``(status, generation, steps done, seconds, exec overhead)``."""
         cell, env = self.cell, self.env
-        w, st = cell.work, cell._chunks[i // CHUNK]
+        w, st = cell.work, cell.chunks[i // CHUNK]
         j = i - st.lo
         x = float(cell.task_scale[i]) if cell.task_scale is not None else 1.0
         S, a, b = self._of(i)
@@ -206,8 +206,8 @@ class LoopBodies:
             yield from self._gate()
             if i in cell.cancelled:
                 return CANCELLED, g_all, s, o_all
-            x_l, x_e = cell._multipliers(host)
-            if self._loaded:
+            x_l, x_e = cell.multipliers(host)
+            if self.loaded:
                 if prev is not None:
                     moved = max(abs(x_l / prev[0] - 1.0), abs(x_e / prev[1] - 1.0))
                     seg = seg * 2 if moved <= _STILL else max(1, seg // 2)
@@ -217,7 +217,7 @@ class LoopBodies:
                 k = units - s
             version = loop.version
             head = None  # a loaded tier: the segment's first generation waited on its own, counted
-            if cell._heads:  # as generating, so bodies in step (after a barrier) load the tier together
+            if cell.heads:  # as generating, so bodies in step (after a barrier) load the tier together
                 head = float(gen[s]) * x_l
                 why, spent = yield from self._piece(i, host, head, deadline, 1.0, 0.0)
                 if why is not None or spent < head:  # interrupted, or the deadline, in the head
@@ -229,7 +229,7 @@ class LoopBodies:
                         return st_, g_all + g_, k_, o_all + o_
                     g_all, o_all, s = g_all + out[0], o_all + out[1], s + 1
                     continue
-                x_l, x_e = cell._multipliers(host)
+                x_l, x_e = cell.multipliers(host)
             g = [v * x_l for v in gen[s : s + k]]  # per step, in plain floats (short lists)
             o = [v * x_e for v in over[s : s + k]]
             if head is not None:
@@ -263,7 +263,7 @@ class LoopBodies:
             yield from self._gate()
             if i in cell.cancelled:
                 return CANCELLED, g_all, units, o_all
-            x_l, x_e = cell._multipliers(host)
+            x_l, x_e = cell.multipliers(host)
             g_t, o_t = tail[0] * x_l, tail[1] * x_e
             if not (yield from self._wait(g_t + o_t + tail[2], deadline)):
                 return TIMEOUT, g_all + g_t, units, o_all

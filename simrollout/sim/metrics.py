@@ -8,6 +8,8 @@ definition: wall time on the substrate excluding model inference, summed, / 3600
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -65,6 +67,48 @@ class Accumulator:
             self.sketch[key].add(x)
         if gen is not None:
             self.load.add(gen[:, 0], gen[:, 1], gen[:, 2])
+
+
+class MetricsStore:
+    """One cell's metrics in one place: its trajectories' records, folded in a chunk at a time
+    (:meth:`add`), and what each part of the cell measured on its own (the fleet, the serving
+    engines, the training loop, the steady state). A part is attached with its ``report(store,
+    out)``, which adds its metrics to the summary, in the order the parts were attached, and
+    optionally its ``totals()``, the figures the records' metrics need of it (the fleet's pool and
+    parked sandbox-seconds, its peak). Adding a metric touches the part that measures it, its
+    report, and docs/model.md."""
+
+    def __init__(self, scn: Scenario, sub: Substrate):
+        self.scn, self.sub = scn, sub
+        self.acc = Accumulator()
+        self.reports: list[Callable[[MetricsStore, dict], None]] = []
+        self.totals: list[Callable[[], dict]] = []
+        self.gpu_busy_seconds = 0.0
+
+    def add(self, rec: Records, gen: np.ndarray | None = None) -> None:
+        """A chunk's finished trajectories (``gen``: their bodies' generating spans)."""
+        self.acc.add(rec, gen)
+
+    def attach(self, report: Callable[[MetricsStore, dict], None] | None = None,
+               totals: Callable[[], dict] | None = None) -> None:  # fmt: skip
+        if report is not None:
+            self.reports.append(report)
+        if totals is not None:
+            self.totals.append(totals)
+
+    def summary(self, gpu_busy_seconds: float) -> dict:
+        """The cell's metrics: the records' (:func:`summarize`), then each part's."""
+        self.gpu_busy_seconds = gpu_busy_seconds
+        figures: dict = {}
+        for totals in self.totals:
+            figures.update(totals())
+        out = summarize(self.acc, self.scn, self.sub, gpu_busy_seconds, **figures)
+        if self.scn.sandboxless:  # no sandbox: the trajectory's wall time holds none
+            out.update(sandbox_hours=0.0, sandbox_cost_usd=0.0)
+        for report in self.reports:
+            report(self, out)
+        out.setdefault("one_wait_fraction", 0.0)  # the steady state's share (sim.steady), if it ran
+        return out
 
 
 def summarize(

@@ -32,7 +32,7 @@ from .chunks import ChunkRows
 from .fleet import Fleet
 from .inference import InferenceTier
 from .load import BodyLoad
-from .metrics import Accumulator
+from .metrics import Accumulator, MetricsStore
 from .records import Records
 from .sandbox import SandboxLifecycle
 from .segments import Segments
@@ -81,14 +81,19 @@ class Cell(ChunkRows, SandboxLifecycle, StepBody, TrajectoryBody, Segments, Body
         self.rng = stream(scn.seed, rep, "substrate", sub.name, "run", concurrency)
         inf, c, f = scn.cluster.inference, sub.contention, sub.failures
         curves = any(isinstance(getattr(f, ph), dict) for ph in ("create", "exec", "teardown"))
-        self._loaded = bool((inf and inf.slowdown) or c.create or c.exec or c.teardown or curves or pilot)
-        self.fleet = self._fleet(not self.step and not self._loaded)
+        self.loaded = bool((inf and inf.slowdown) or c.create or c.exec or c.teardown or curves or pilot)
+        self.fleet = self._fleet(not self.step and not self.loaded)
         self._init_sandboxes()
         tokens = scn.workload.tokens is not None and self.step
         self._kv = inf.engine.kv_capacity_tokens if tokens else 0
         self._overhead = inf.engine.overhead if tokens else 0.0
         self.tier = ServingTier(self.env, inf) if tokens else InferenceTier(self.env, inf)
-        self.acc = Accumulator()
+        self.metrics = MetricsStore(scn, sub)  # its records' and its parts' metrics
+        self.metrics.attach(self.fleet.report, self.fleet.totals)
+        if pilot is not None:
+            self.metrics.attach(pilot.report)
+        elif scn.workload.tokens is not None:  # serving engines at step fidelity
+            self.metrics.attach(self.tier.report)
         self._init_load()
         self.sink, self.keep, self.kept = sink, keep, []
         self.progress = progress
@@ -108,6 +113,11 @@ class Cell(ChunkRows, SandboxLifecycle, StepBody, TrajectoryBody, Segments, Body
         self.llm_abort: Callable[[], simpy.Event] | None = None
         self.on_resume: Callable[[int], None] | None = None
         self.steady: Steady | None = None  # the steady state as one wait per trajectory
+
+    @property
+    def acc(self) -> Accumulator:
+        """The totals and sketches of its finished trajectories (``metrics.acc``)."""
+        return self.metrics.acc
 
     def _fleet(self, defer: bool) -> Fleet:
         """The substrate's hosts (with the scenario's task images, when it has them)."""
@@ -130,12 +140,14 @@ class Cell(ChunkRows, SandboxLifecycle, StepBody, TrajectoryBody, Segments, Body
             from .training import TrainingLoop
 
             self.loop = TrainingLoop(self, self.trace)
+            self.metrics.attach(self.loop.report)
             main = self.env.process(self.loop.run())
         elif pol.mode == "sync":
             main = self.env.process(self._sync(pol.batch_size))
         else:
             if self.trace is None and Steady.applies(self):
                 self.steady = Steady(self)
+                self.metrics.attach(self.steady.report)
             main = self.env.process(self._workers(iter(range(n)), self.concurrency))
         with few_collections():
             self.env.run(until=main)
@@ -160,7 +172,7 @@ class Cell(ChunkRows, SandboxLifecycle, StepBody, TrajectoryBody, Segments, Body
                 yield self.env.timeout(ready - self.env.now)
             if not timed:  # all were ready at t=0; a batch member waits from its batch's start
                 for c in range(lo // CHUNK, (hi - 1) // CHUNK + 1):
-                    st = self._chunk(c)
+                    st = self.chunk(c)
                     st.arrival[max(lo - st.lo, 0) : hi - st.lo] = self.env.now
             yield from self._workers(iter(range(lo, hi)), min(self.concurrency, hi - lo))
 

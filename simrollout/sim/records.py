@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -14,12 +15,17 @@ INPUTS = ("cold", "warm", "teardown", "u_create", "u_exec", "u_teardown", "calls
           "setup", "reward", "steps")  # fmt: skip
 
 
-# a trajectory's output row while its chunk is in flight (the fields of Records but ``arrival``),
-# in this column order; every engine writes and reads a row's columns by these names
+# a trajectory's output row while its chunk is in flight: the fields of Records but ``arrival``.
+# An engine ends a trajectory with a :class:`Row`, and a chunk keeps its rows by name
+# (``ROW_DTYPE``, a structured array); the compiled loop writes the same memory as a float
+# matrix (:func:`row_table`), column ``R_<name>``
 ROW = ("start", "end", "cold", "acquire_wait", "worker", "sandbox", "llm", "attempts", "status", "warm",
        "steps_done", "overhead", "teardown", "lost")  # fmt: skip
 (R_START, R_END, R_COLD, R_WAIT, R_WORKER, R_SANDBOX, R_LLM, R_ATTEMPTS, R_STATUS, R_WARM, R_STEPS,
  R_OVERHEAD, R_TEARDOWN, R_LOST) = range(len(ROW))  # fmt: skip
+Row = namedtuple("Row", ROW)  # one trajectory's row, as an engine ends it
+ROW_DTYPE = np.dtype([(name, np.float64) for name in ROW])
+RECORD_TYPES = {"attempts": np.int8, "status": np.int8, "warm": bool, "steps_done": np.int32}
 
 
 @dataclass
@@ -58,3 +64,14 @@ class Records:
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def row_table(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` rows: by name (a structured array) and, the same memory, as a float matrix."""
+    rows = np.zeros(n, dtype=ROW_DTYPE)
+    return rows, rows.view(np.float64).reshape(n, len(ROW))
+
+
+def records_of(rows: np.ndarray, arrival: np.ndarray) -> Records:
+    """Finished rows as :class:`Records`, each field in its type."""
+    return Records(arrival=arrival, **{k: rows[k].astype(RECORD_TYPES.get(k, np.float64)) for k in ROW})

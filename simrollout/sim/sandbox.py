@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..rng import stream
-from .records import CANCELLED, FAILED, LOST, OK
+from .records import CANCELLED, FAILED, LOST, OK, Row
 from .substrate_draws import first_failure
 from .workload_draws import CHUNK
 
@@ -44,12 +44,14 @@ class Attempts:
     def first(self) -> bool:
         return self.attempt == 1
 
-    def row(self, end: float) -> tuple:
-        """The trajectory's row, in :data:`~simrollout.sim.records.ROW`'s order."""
+    def row(self, end: float) -> Row:
+        """The trajectory's row (a failed one's overhead and teardown are its lost work's)."""
         failed = self.status == FAILED
-        return (self.start, end, self.latency, self.waited, self.worker, self.sandbox, self.llm,
-                self.attempt, self.status, self.warm, self.steps, 0.0 if failed else self.over,
-                0.0 if failed else self.td, self.lost)  # fmt: skip
+        return Row(start=self.start, end=end, cold=self.latency, acquire_wait=self.waited,
+                   worker=self.worker, sandbox=self.sandbox, llm=self.llm, attempts=self.attempt,
+                   status=self.status, warm=self.warm, steps_done=self.steps,
+                   overhead=0.0 if failed else self.over, teardown=0.0 if failed else self.td,
+                   lost=self.lost)  # fmt: skip
 
 
 class SandboxLifecycle:
@@ -62,7 +64,7 @@ class SandboxLifecycle:
         self._G = scn.samples_per_task()
         self._images = img.count if img is not None else 0
         self._reuse = scn.policy.reuse
-        self._started = 0  # trajectories are started in index order: the next one to start
+        self.started = 0  # trajectories are started in index order: the next one to start
         # with task images the warm pool prefetches: when trajectory i starts, the sandbox of
         # trajectory i + warm_pool is created with its image, and that trajectory takes it
         self._ahead = scn.policy.warm_pool if self._images else 0
@@ -71,11 +73,11 @@ class SandboxLifecycle:
     def trajectory(self, i: int):
         """Run trajectory ``i`` (every attempt); returns and records its row."""
         env = self.env
-        st = self._chunk(i // CHUNK)
+        st = self.chunk(i // CHUNK)
         draws = st.inputs[i - st.lo].tolist()  # _IN
         deadline = env.now + (self.scn.policy.timeout or math.inf)
         a = Attempts(env.now, deadline, i // self._G, self._image(i), tuple(draws))
-        self._started = max(self._started, i + 1)
+        self.started = max(self.started, i + 1)
         if self._ahead and i + self._ahead < self.work.n and i + self._ahead not in self._prefetched:
             j = i + self._ahead
             self._prefetched[j] = env.process(self._prefetch(j))
@@ -97,7 +99,7 @@ class SandboxLifecycle:
                 self.steady.done(i, a.latency / cold0 if cold0 > 0 else 1.0, a.td / td0 if td0 > 0 else 1.0)
             else:
                 self.steady.forget(i)
-        self._record(i, st, row)
+        self.record(i, st, row)
         return row
 
     def _acquire(self, i: int, a: Attempts):
@@ -165,7 +167,7 @@ class SandboxLifecycle:
             if lag:  # decide at the body's end, not when a deferred body was drawn
                 yield env.timeout(lag)
                 lag = 0.0
-            if self._started < min((a.task + 1) * self._G, self.work.n):
+            if self.started < min((a.task + 1) * self._G, self.work.n):
                 # a later sample of this task has not started: it takes this sandbox
                 fleet.park(a.task, host)
                 a.llm += llm

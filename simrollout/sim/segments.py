@@ -35,15 +35,15 @@ class Segments:
 
     def _init_segments(self) -> None:
         scn, concurrency = self.scn, self.concurrency
-        self._steady_run = scn.policy.mode == "async" and scn.arrivals.kind == "batch"
+        self.steady_run = scn.policy.mode == "async" and scn.arrivals.kind == "batch"
         self._ramp = min(concurrency, self.work.n)
         self._ramped = self._draining = False
         self._long: dict[int, simpy.Process] = {}  # bodies in one long wait, cut short by the drain
 
-    def _settled(self) -> bool:
+    def settled(self) -> bool:
         """The load is steady: an async batch run whose every worker is busy and whose queue is
         not yet empty. Then a body waits its remainder at once instead of in segments."""
-        return self._steady_run and self._ramped and not self._draining
+        return self.steady_run and self._ramped and not self._draining
 
     def _drain(self) -> None:
         """The queue ran dry: the load falls from here on, so long waits go back to segments."""
@@ -65,17 +65,17 @@ class Segments:
         if not self._ramped:
             self._ramp -= 1
             self._ramped = self._ramp <= 0
-        x_l, x_e = self._multipliers(host)
+        x_l, x_e = self.multipliers(host)
         rate = per[0] * x_l + per[1] * x_e + per[2]
         exact = tail is not None or env.now + (units - p.done) * rate * AT_RISK > deadline
         seg, prev = 1.0, None
         while p.done < units - 1e-9:
-            x_l, x_e = self._multipliers(host)
+            x_l, x_e = self.multipliers(host)
             if prev is not None:
                 moved = max(abs(x_l / prev[0] - 1.0), abs(x_e / prev[1] - 1.0))
                 seg = seg * 2 if moved <= _STILL else max(1.0, seg / 2)
             prev = (x_l, x_e)
-            long = self._settled() and not exact
+            long = self.settled() and not exact
             du = units - p.done if long else min(seg, units - p.done)
             if exact and p.done + du < units:  # whole steps
                 du = max(1.0, float(int(du)))
@@ -93,21 +93,21 @@ class Segments:
         g0, o0, t0 = self._segment_sums(i, done, du, per, units, exact)
         x_l, x_e = x
         headed = False
-        if self._heads and not long and done == int(done) and du >= 1.0:
+        if self.heads and not long and done == int(done) and du >= 1.0:
             # the segment opens with a generation: wait it on its own, counted as generating,
             # so bodies in step with each other (a sync batch, a burst) load the tier together
             head = self._sums(i, int(done), int(done) + 1)[0] if exact else per[0]
             t_gen = env.now
-            self._gen_load += 1.0
+            self.gen_load += 1.0
             ok = yield from until(env, head * x_l, deadline)
-            self._gen_load -= 1.0
+            self.gen_load -= 1.0
             headed = True
             p.g += env.now - t_gen
             p.time += env.now - t_gen
             if not ok:
                 return p.timeout(int(done)), seg
             g0 = max(g0 - head, 0.0)
-            x_l, x_e = self._multipliers(host)
+            x_l, x_e = self.multipliers(host)
         d = g0 * x_l + o0 * x_e + t0
         left = deadline - env.now
         if d > left:  # the deadline falls in this segment
@@ -142,7 +142,7 @@ class Segments:
         env, fleet = self.env, self.fleet
         t_seg = env.now
         c_g, c_e = (g0 * x_l / d, o0 * x_e / d) if d > 0 else (0.0, 0.0)
-        self._gen_load += c_g
+        self.gen_load += c_g
         fleet.add_exec_load(host, c_e)
         try:
             if long and du > seg:  # a long wait: the start of the drain cuts it short
@@ -158,7 +158,7 @@ class Segments:
             else:
                 yield env.timeout(d)
         finally:
-            self._gen_load -= c_g
+            self.gen_load -= c_g
             fleet.add_exec_load(host, -c_e)
         return d, du, g0, o0, seg
 
@@ -166,7 +166,7 @@ class Segments:
         """After the whole steps: a lost sandbox's last step up to the failing call, or the reward."""
         env = self.env
         if tail is not None:  # the lost sandbox's last step, up to the failing call
-            x_l, x_e = self._multipliers(host)
+            x_l, x_e = self.multipliers(host)
             t_tail = env.now
             ok = yield from until(env, tail[0] * x_l + tail[1] * x_e + tail[2], deadline)
             spent = env.now - t_tail

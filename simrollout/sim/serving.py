@@ -394,6 +394,10 @@ class ServingTier:
             e._mark()
         return sum(e.area_held for e in self.engines) / self.spec.engine.kv_capacity_tokens
 
+    def report(self, store, out: dict) -> None:
+        """Its metrics in a cell's summary (a :class:`~.metrics.MetricsStore` part)."""
+        out.update(self.summary(store.acc.end))
+
     def summary(self, makespan: float) -> dict[str, float]:
         """Per-run engine metrics (docs/model.md, "Serving engines")."""
         nan = float("nan")

@@ -87,6 +87,13 @@ class Pilot:
             out[at] = np.exp(a + b * (x[at] - mid) + res[k])
         return out
 
+    def report(self, store, out: dict) -> None:
+        """Its serving metrics in a cell's summary (a :class:`~.metrics.MetricsStore` part): scaled
+        to the cell's requests, and the engines' busy share of the cell's makespan."""
+        out.update(self.scaled_summary(store.acc.turns))
+        engine_seconds = store.scn.cluster.inference.engines * store.acc.end
+        out["engine_busy_fraction"] = store.gpu_busy_seconds / engine_seconds if engine_seconds else 0.0
+
     def scaled_summary(self, turns: int) -> dict[str, float | str]:
         """The pilot's serving metrics, its counts scaled to ``turns`` requests."""
         k = turns / self.turns if self.turns else 0.0

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..rng import stream
-from . import records as rec
 from .records import INPUTS, OK
 from .substrate_draws import fails_within
 from .workload_draws import CHUNK
@@ -55,6 +54,10 @@ class Steady:
         self.lean = 0  # one-wait trajectories in flight
         self.ran = 0  # one-wait trajectories run
 
+    def report(self, store, out: dict) -> None:
+        """The share of the cell's trajectories it ran as one wait (a MetricsStore part)."""
+        out["one_wait_fraction"] = self.ran / store.acc.n if store.acc.n else 0.0
+
     @staticmethod
     def applies(cell: CellView) -> bool:
         """The run has a steady state this model covers, long enough to be worth a window."""
@@ -63,7 +66,7 @@ class Steady:
         size, first, last = _bounds(cell.concurrency, cell.work.n)
         long = last >= first + 2 * size  # a window, then as much again
         return (
-            not cell.step and cell._steady_run and cell._loaded and plain and long
+            not cell.step and cell.steady_run and cell.loaded and plain and long
             and not fleet.shared and scn.training is None
         )  # fmt: skip
 
@@ -97,7 +100,7 @@ class Steady:
 
     # ------------------------------------------------------------ one wait per trajectory
     def takes(self, i: int) -> bool:
-        return self.kept >= self.size and i % _FULL and i < self.last and self.cell._settled()
+        return self.kept >= self.size and i % _FULL and i < self.last and self.cell.settled()
 
     def _plan(self, st, k: int) -> None:
         """Block ``k`` of chunk ``st`` as one wait each, at multipliers drawn from the window as it
@@ -130,7 +133,7 @@ class Steady:
         """Start trajectory ``i`` as one wait: returns how long it waits (then call :meth:`end`),
         or None without starting it when it must run in full (it could fail or time out)."""
         cell = self.cell
-        st = cell._chunk(i // CHUNK)
+        st = cell.chunk(i // CHUNK)
         j = i - st.lo
         k = j // self.block
         if st.plan is None or k not in st.plan:
@@ -142,10 +145,10 @@ class Steady:
         fleet = cell.fleet
         start = cell.env.now
         wait = fleet._rate_delay() if cell.sub.create_rate is not None else 0.0
-        st.out[j, rec.R_START], st.t0[j], st.one_wait[j] = start, start + wait, True
+        st.rows["start"][j], st.t0[j], st.one_wait[j] = start, start + wait, True
         b0 = start + wait + lat[r]
-        cell._later(b0, b0 + busy[r], share[r])
-        cell._started = i + 1
+        cell.later(b0, b0 + busy[r], share[r])
+        cell.started = i + 1
         self.lean += 1
         fleet.bg = self.lean * self.unit
         self.ran += 1
@@ -155,7 +158,7 @@ class Steady:
         """One-wait trajectory ``i`` has waited its lifecycle."""
         self.lean -= 1
         self.cell.fleet.bg = self.lean * self.unit
-        self.cell._record(i, self.cell._chunk(i // CHUNK), None)
+        self.cell.record(i, self.cell.chunk(i // CHUNK), None)
 
 
 def _bounds(c: int, n: int) -> tuple[int, int, int]:
@@ -171,18 +174,22 @@ def _fill(st, min_bill: float) -> None:
     if not m.any():
         return
     lat, busy, td, g, share, over = st.times[m].T
-    t0, out = st.t0[m], st.out
-    out[m, rec.R_END] = t0 + lat + busy + td
-    out[m, rec.R_COLD] = lat
-    out[m, rec.R_WAIT] = t0 - out[m, rec.R_START]  # the create-rate token's wait
-    out[m, rec.R_WORKER] = lat + busy - g + td
-    out[m, rec.R_SANDBOX] = np.maximum(lat + busy + td, min_bill)
-    out[m, rec.R_LLM] = g
-    out[m, rec.R_ATTEMPTS] = 1
-    out[m, rec.R_STATUS] = OK
-    out[m, rec.R_WARM] = 0
-    out[m, rec.R_STEPS] = st.inputs[m, _COL["steps"]]
-    out[m, rec.R_OVERHEAD] = over
-    out[m, rec.R_TEARDOWN] = td
-    out[m, rec.R_LOST] = 0.0
+    t0, rows = st.t0[m], st.rows
+    filled = {
+        "end": t0 + lat + busy + td,
+        "cold": lat,
+        "acquire_wait": t0 - rows["start"][m],  # the create-rate token's wait
+        "worker": lat + busy - g + td,
+        "sandbox": np.maximum(lat + busy + td, min_bill),
+        "llm": g,
+        "attempts": 1,
+        "status": OK,
+        "warm": 0,
+        "steps_done": st.inputs[m, _COL["steps"]],
+        "overhead": over,
+        "teardown": td,
+        "lost": 0.0,
+    }
+    for name, value in filled.items():
+        rows[name][m] = value
     st.gen[m] = np.column_stack([t0 + lat, t0 + lat + busy, share])

@@ -23,7 +23,7 @@ import simpy
 from ..rng import stream
 from ..scenario import Training
 from .loop_body import LoopBodies
-from .records import OK, R_END, R_LLM, R_SANDBOX, R_STATUS, R_STEPS, R_WORKER
+from .records import OK, Row
 from .trainer_time import TrainerClock
 from .training_results import CAUSES, Group, LoopResults, StepRecord
 from .workload_draws import CHUNK
@@ -122,7 +122,7 @@ class TrainingLoop(LoopResults):
         return i
 
     def _submit(self, i: int) -> None:
-        st = self.cell._chunk(i // CHUNK)
+        st = self.cell.chunk(i // CHUNK)
         st.arrival[i - st.lo] = self.env.now  # queue wait counts from here
         self.queued += 1
         self.queue.put(i)
@@ -193,11 +193,11 @@ class TrainingLoop(LoopResults):
     def _generated(self, i: int) -> None:
         self.gen_steps[0 if self.version == self.v0[i] else 1] += 1
 
-    def _done(self, i: int, row) -> None:
-        status, worker, sandbox, llm = int(row[R_STATUS]), row[R_WORKER], row[R_SANDBOX], row[R_LLM]
+    def _done(self, i: int, row: Row) -> None:
+        status, worker, sandbox, llm = int(row.status), row.worker, row.sandbox, row.llm
         grp = self.groups[int(self.group_of[i])]
         grp.cost += (worker, sandbox, llm, 1)
-        self.end[i], self.steps_done[i], self.v_end[i] = row[R_END], row[R_STEPS], self.version
+        self.end[i], self.steps_done[i], self.v_end[i] = row.end, row.steps_done, self.version
         if grp.state == "discarded":
             self.discard[grp.cause] += (worker, sandbox, llm, 1)
             return

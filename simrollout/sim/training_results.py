@@ -196,6 +196,14 @@ class LoopResults:
             trajectories_per_hour=out["completed"] / end * 3600 if end else math.nan,
         )
 
+    def report(self, store, out: dict) -> None:
+        """The loop's metrics in the cell's summary (a :class:`~.metrics.MetricsStore` part): the
+        GPU and cost figures with the trainer in, the training metrics, the step table."""
+        inf = store.scn.cluster.inference
+        self.adjust(out, inf)
+        out.update(self.summary(inf.engines if inf else 0, self.cell.tier.utilised_seconds))
+        out["_steps"] = self.step_table()
+
     def step_table(self) -> list[dict]:
         """One row per trained step: its time and its breakdown, and what the frameworks report
         per step: the rollout phase (the trainer's wait for groups), the trainer's busy and idle
