@@ -82,8 +82,6 @@ class Scenario(_Model):
                 "over-sampling or dynamic sampling in a training loop",
             ),
             (tr is not None and tr.at_sync == "interrupt", "at_sync 'interrupt'"),
-            # the matrix's train_whole rows missed by 1.2-2.8% in steps per day (docs/fidelity.md)
-            (tr is not None and not tr.partial_rollouts, "a training loop without partial rollouts"),
             (tr is not None and tr.on_failure != "mask", f"on_failure '{tr and tr.on_failure}'"),
             (tr is not None and self.workload.tokens is not None, "a training loop on serving engines"),
             (pol.warm_pool > 0, "a warm pool"),

@@ -108,7 +108,9 @@ class CompiledRun:
             tuple(x for x, _ in q["rates"]), tuple(y for _, y in q["rates"]),
             np.zeros(events), np.zeros(events), *self.pool,
             *(training.arrays(c) if training is not None else _no_loop()),
+            np.full((n if training is not None else 1, 3), -1, dtype=np.int64),
         ]  # fmt: skip
+        self.regions: dict[int, tuple] = {}  # the training loop's chunks of detail in the pools
         self.used = [0, 0]  # steps and calls of the detail pools in use
         self._detail_chunk = -1
 
@@ -180,9 +182,16 @@ class CompiledRun:
         cell, wi = self.cell, self.S[1]
         i = int(wi[w, L.I_I])
         c = i // CHUNK
-        if c != self._detail_chunk and self._detail_chunk in cell.chunks:
-            cell.chunks[self._detail_chunk].detail = None
-        self._detail_chunk = c
+        if self.training is not None:  # the whole chunk's, read by its trajectories from the loop
+            self._load_chunk(c)
+            wi[w, L.I_DS0], wi[w, L.I_DNS], wi[w, L.I_DC0] = self.S[43][i]
+            wi[w, L.I_DET] = 1
+            return
+        if c > self._detail_chunk:  # keep the previous chunk's: bodies of both start for a while
+            old = cell.chunks.get(self._detail_chunk - 1)
+            if old is not None:
+                old.detail = None
+            self._detail_chunk = c
         d, j = cell.span(i)
         a, b = int(d.step_off[j]), int(d.step_off[j + 1])
         c0, c1 = int(d.call_off[j]), int(d.call_off[j + 1])
@@ -193,6 +202,41 @@ class CompiledRun:
         co[k0 : k0 + c1 - c0], ct[k0 : k0 + c1 - c0] = d.call_overhead[c0:c1], d.call_tool[c0:c1]
         wi[w, L.I_DS0], wi[w, L.I_DNS], wi[w, L.I_DC0], wi[w, L.I_DET] = s0, b - a, k0, 1
         self.used = [s0 + b - a, k0 + c1 - c0]
+
+    def _load_chunk(self, c: int) -> None:
+        """Chunk ``c``'s per-step detail into the pools, beside the chunks whose trajectories are
+        still running with theirs (the rest dropped); every trajectory's offsets in S[43]."""
+        cell, wi, td = self.cell, self.S[1], self.S[43]
+        live = wi[:, L.I_DET] == 1
+        busy = set((wi[live, L.I_I] // CHUNK).tolist())
+        for k in [k for k in self.regions if k not in busy]:
+            d, _, _ = self.regions.pop(k)
+            td[k * CHUNK : k * CHUNK + len(d.step_off) - 1, 1] = -1
+            if k in cell.chunks:
+                cell.chunks[k].detail = None
+        parts = [(k, *self.regions[k]) for k in sorted(self.regions)] + [(c, cell.detail_of(c), -1, -1)]
+        sb, cb, regions = 0, 0, {}
+        for k, d, old_s, old_c in parts:
+            lo, m = k * CHUNK, len(d.step_off) - 1
+            if old_s < 0:  # new: its trajectories' offsets
+                td[lo : lo + m, 0] = sb + d.step_off[:-1]
+                td[lo : lo + m, 1] = np.diff(d.step_off)
+                td[lo : lo + m, 2] = cb + d.call_off[:-1]
+            else:  # moved: its offsets, and the running workers' that read it
+                td[lo : lo + m, 0] += sb - old_s
+                td[lo : lo + m, 2] += cb - old_c
+                mine = live & (wi[:, L.I_I] // CHUNK == k)
+                wi[mine, L.I_DS0] += sb - old_s
+                wi[mine, L.I_DC0] += cb - old_c
+            regions[k] = (d, sb, cb)
+            sb, cb = sb + len(d.step_llm), cb + len(d.call_tool)
+        ds = [d for _, d, _, _ in parts]
+        self.pool = [np.concatenate([d.step_llm for d in ds]).astype(np.float64),
+                     np.concatenate([d.step_calls for d in ds]).astype(np.int64),
+                     np.concatenate([d.call_overhead for d in ds]).astype(np.float64),
+                     np.concatenate([d.call_tool for d in ds]).astype(np.float64)]  # fmt: skip
+        self.S[27:31] = self.pool
+        self.regions = regions
 
     def _room(self, steps: int, calls: int) -> None:
         """Make room in the pools: keep only the details of trajectories in flight (and grow)."""

@@ -44,3 +44,22 @@ def pop(ht, hs, hw, hk, GI):
         i = c
     ht[i], hs[i], hw[i], hk[i] = lt, ls, lw, lk
     return t, w, k
+
+
+@njit(cache=True, _nrt=False)
+def heapify(ht, hs, hw, hk, n):
+    """Order the first ``n`` entries as a heap again (after entries were dropped)."""
+    for top in range(n // 2 - 1, -1, -1):
+        i = top
+        lt, ls, lw, lk = ht[i], hs[i], hw[i], hk[i]
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hs[c + 1] < hs[c])):
+                c += 1
+            if lt < ht[c] or (lt == ht[c] and ls < hs[c]):
+                break
+            ht[i], hs[i], hw[i], hk[i] = ht[c], hs[c], hw[c], hk[c]
+            i = c
+        ht[i], hs[i], hw[i], hk[i] = lt, ls, lw, lk

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from . import records as rec
-from .compiled_heap import J_HSIZE, pop, push
+from .compiled_heap import J_HSIZE, heapify, pop, push
 from .compiled_ops import cut, factor, fail_rate, first_call, first_failure, lost_at, sums
 
 # request codes (the loop's return value); the last two are the training loop's (.compiled_training)
@@ -33,8 +33,8 @@ NF = 49
 # a worker's integers
 (I_I, I_ATT, I_HOST, I_DOM, I_STATUS, I_STEPS, I_FAILS, I_FC, I_EXACT, I_PREV, I_UNITS, I_RS, I_RD, I_TDN,
  I_DET, I_DS0, I_DNS, I_DC0, I_RESUME, I_TAIL, I_HAVE_RD, I_OK, I_EPOCH, I_INSEG,
- I_VER) = range(25)  # fmt: skip
-NI = 25
+ I_VER, I_DEAD) = range(26)  # fmt: skip
+NI = 26
 # globals: floats, integers
 G_NOW, G_TOKEN, G_TIMER, G_BOUND = 0, 1, 2, 3  # G_TIMER, G_BOUND: the training loop's
 (J_NEXT, _SEQ, _HSIZE, J_AVAIL, J_ALIVE, J_PEAK, J_BODIES, J_NON, J_NOFF, J_REQ, J_REQW, J_DONE,
@@ -137,6 +137,19 @@ def _batch(S, kind):
 
 
 # ------------------------------------------------------------ the training loop's part
+@njit(cache=True, _nrt=False)
+def _detail_ready(S, w, i):
+    """The training loop's bodies read their steps from their chunk's detail, loaded whole into
+    the pools (S[43]: each trajectory's steps and calls there, -1 when not loaded): True when
+    trajectory ``i``'s is, its offsets then the worker's."""
+    TD = S[43]
+    if S[8][P_LOOP] == 0.0 or TD[i, 1] < 0:
+        return False
+    WI = S[1][w]
+    WI[I_DS0], WI[I_DNS], WI[I_DC0], WI[I_DET] = TD[i, 0], TD[i, 1], TD[i, 2], 1
+    return True
+
+
 @njit(cache=True, _nrt=False)
 def _dequeue(S, w):
     """The next queued trajectory that was not cancelled (it starts under the current version),
@@ -246,8 +259,8 @@ def _cut_seg(S, w, cancel):
     the cancel are read at the next step's start), or, cancelled, at the step's next check:
     before its first call, or between two calls (the step then does not count)."""
     WF, WI, IN = S[0][w], S[1][w], S[9]
-    if S[3][J_HSIZE] + 1 >= S[4].size:  # no room for the new end: the segment runs on
-        return
+    if S[3][J_HSIZE] + 1 >= S[4].size:  # the ends of cut segments fill the heap: drop them
+        _compact(S)
     sg, snc, co, ct = S[27], S[28], S[29], S[30]
     el, du, done, i = S[2][G_NOW] - WF[F_SEGT0], WF[F_DU], WF[F_DONE], WI[I_I]
     exact = WI[I_EXACT] == 1 and done == int(done)
@@ -286,11 +299,30 @@ def _cut_seg(S, w, cancel):
 
 
 @njit(cache=True, _nrt=False)
+def _compact(S):
+    """Drop the heap's entries of segment ends that were cut since (the order of the rest, by
+    time and sequence, is unchanged)."""
+    ht, hs, hw, hk, GI = S[4], S[5], S[6], S[7], S[3]
+    m = 0
+    for j in range(GI[J_HSIZE]):
+        k = hk[j]
+        if k >= EPOCH and k // EPOCH != S[1][hw[j], I_EPOCH]:
+            continue
+        ht[m], hs[m], hw[m], hk[m] = ht[j], hs[j], hw[j], hk[j]
+        m += 1
+    GI[J_HSIZE] = m
+    heapify(ht, hs, hw, hk, m)
+
+
+@njit(cache=True, _nrt=False)
 def _reschedule(S, w, e, du, g, o):
     """Worker ``w``'s segment now ends ``e`` seconds in, after ``du`` steps (a half: stopped within
     the last), ``g`` generating and ``o`` in exec overhead; its old end is skipped."""
     WF, WI = S[0][w], S[1][w]
+    if WF[F_SEGT0] + e >= WF[F_DEADLINE]:  # the deadline comes first
+        return
     WF[F_SD], WF[F_DU], WF[F_SG], WF[F_SO] = e, du, g, o
+    WI[I_DEAD] = 0
     WI[I_EPOCH] += 1
     _push(S, WF[F_SEGT0] + e, w, K_SEG_END + EPOCH * WI[I_EPOCH])
 
@@ -451,7 +483,11 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
             setup, reward, steps = IN[i, C_SETUP], IN[i, C_REWARD], IN[i, C_STEPS]
             whole = setup + llm + IN[i, C_OVER] + tool + reward
             one = not loaded and not lm  # nothing contends and no loop cuts it: one wait
-            if WI[I_DET] == 0 and (fc > 0 or (one and now + whole > WF[F_DEADLINE])):
+            if (
+                WI[I_DET] == 0
+                and (fc > 0 or (one and now + whole > WF[F_DEADLINE]))
+                and not _detail_ready(S, w, i)
+            ):
                 _request(S, w, R_DETAIL, K_BODY)
                 return
             GI[J_BODIES] += 1
@@ -503,8 +539,10 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
         elif kind == K_SEGSTART:
             x_l, x_e = _mult(S, WI[I_DOM])
             rate = WF[F_PG] * x_l + WF[F_PO] * x_e + WF[F_PT]
-            exact = WI[I_TAIL] == 1 or now + (WI[I_UNITS] - WF[F_DONE]) * rate * AT_RISK > WF[F_DEADLINE]
-            if exact and WI[I_DET] == 0:
+            exact = (
+                lm or WI[I_TAIL] == 1 or now + (WI[I_UNITS] - WF[F_DONE]) * rate * AT_RISK > WF[F_DEADLINE]
+            )
+            if exact and WI[I_DET] == 0 and not _detail_ready(S, w, i):
                 _request(S, w, R_DETAIL, K_SEGSTART)
                 return
             WI[I_EXACT], WI[I_PREV], WF[F_SEG] = exact, 0, 1.0
@@ -551,10 +589,14 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
                                   False)  # fmt: skip
                 else:
                     k, g, o = int(du * left / dd), g0 * x_l * left / dd, o0 * x_e * left / dd
-                WI[I_RS], WI[I_RD] = TIMEOUT, int(done) + k
-                if lm:  # the steps it generated, the one cut in included
-                    S[41][0 if S[32][L_VERSION] == TI[i, T_V0] else 1] += min(k + 1.0, du)
+                WI[I_RD] = int(done) + k  # the outcome at the deadline (its status set there)
                 WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G] + g, WF[F_TIME] + left, WF[F_O] + o
+                if lm:  # a segment to the deadline: a barrier or a cancel before it cuts it as any
+                    WF[F_CE], WF[F_SD], WF[F_DU], WF[F_SG], WF[F_SO] = 0.0, dd, du, g0 * x_l, o0 * x_e
+                    WF[F_SEGT0], WI[I_INSEG], WI[I_VER], WI[I_DEAD] = now, 1, S[32][L_VERSION], 1
+                    _push(S, now + left, w, K_SEG_END + EPOCH * WI[I_EPOCH])
+                    return
+                WI[I_RS] = TIMEOUT
                 _push(S, now + left, w, K_BODY_END)
                 return
             ce = o0 * x_e / dd if dd > 0 else 0.0
@@ -565,6 +607,11 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
             return
         elif kind == K_SEG_END:
             WI[I_INSEG] = 0
+            if WI[I_DEAD]:  # it reached its deadline: the steps it generated, the one cut in too
+                WI[I_DEAD], WI[I_RS] = 0, TIMEOUT
+                S[41][0 if WI[I_VER] == TI[i, T_V0] else 1] += min(WI[I_RD] - int(WF[F_DONE]) + 1.0, WF[F_DU])
+                kind = K_BODY_END
+                continue
             if lm:  # generated steps, under the version the segment started in or a newer one
                 S[41][0 if WI[I_VER] == TI[i, T_V0] else 1] += np.ceil(WF[F_DU])  # a step cut in counts
             EXL[WI[I_DOM]] -= WF[F_CE]

@@ -84,10 +84,10 @@ def test_auto_runs_a_long_loop_on_a_fast_engine_and_says_why():
     d = build(Row("async", "host", "train", trajectories=1000), 0, 20, 256)
     fid, why = fidelity_choice(scenario_from_dict(d))
     assert fid == "compiled" and "training loop" in why and "compiled training rows" in why
-    d["training"]["partial_rollouts"] = False  # no compiled row: the trajectory engine
+    d["training"]["mode"] = "one_step_off"  # no compiled row: the trajectory engine
     fid, why = fidelity_choice(scenario_from_dict(d))
     assert fid == "trajectory" and "training loop" in why
-    d["training"]["partial_rollouts"] = True
+    d["training"]["mode"] = "async"
     short = build(Row("async", "host", "train", trajectories=5), 0, 20, 256)
     assert fidelity_choice(scenario_from_dict(short))[0] == "step"  # small: every step simulated
     d["training"]["on_failure"] = "retry"  # no matrix row: the step engine, said so
