@@ -24,12 +24,11 @@ import math
 
 import numpy as np
 
-from ..rng import stream
 from . import compiled_loop as L
 from .trainer_time import TrainerClock
+from .training import _BLOCK, draw_block
 from .training_results import CAUSES, LoopResults, StepRecord
 
-_BLOCK = 1024  # prompts per random block, as the reference's (simrollout.sim.training)
 _WAIT, _TIMER = 0, 1  # what the trainer waits for
 
 
@@ -62,7 +61,6 @@ class CompiledTraining(LoopResults):
         self._token_cum: np.ndarray | None = None
         self._seed, self._rep = cell.scn.seed, cell.rep
         self.trainer = None  # the trainer's generator while it runs
-        self.wants = (_WAIT, 0)
 
     # ------------------------------------------------------------ the arrays the loop shares
     def arrays(self, c: int) -> list[np.ndarray]:
@@ -81,12 +79,10 @@ class CompiledTraining(LoopResults):
         self.rq = np.zeros(ng, dtype=np.int64)
         self.disc = np.zeros((len(CAUSES), 4))
         self.gen_counts = np.zeros(2)
-        spread = self.tr.task_spread
-        blocks = []
-        for b in range((ng + _BLOCK - 1) // _BLOCK):  # the reference's prompt factors, per block
-            rng = stream(self._seed, self._rep, "training", "task", b)
-            blocks.append(rng.lognormal(-spread * spread / 2, spread, _BLOCK) if spread else np.ones(_BLOCK))
-        taskg = np.concatenate(blocks)[:ng].copy()
+        blocks = [
+            draw_block(self._seed, self._rep, self.tr, "task", b) for b in range((ng + _BLOCK - 1) // _BLOCK)
+        ]
+        taskg = np.concatenate(blocks)[:ng].copy()  # each prompt's duration factor, as the reference's
         return [self.task, self.li, np.zeros(n, dtype=np.int64), idle, np.zeros(c + 1, dtype=np.int64),
                 self.gs, self.gf, self.ti, self.rq, self.disc, self.gen_counts, taskg]  # fmt: skip
 

@@ -31,6 +31,19 @@ from .workload_draws import CHUNK
 _BLOCK = 1024  # prompts / trajectories per random block (the streams are keyed by block)
 
 
+def draw_block(seed: int, rep: int, tr: Training, kind: str, b: int) -> np.ndarray:
+    """Block ``b`` of the loop's draws of one ``kind``: prompts' duration factors (``task``),
+    pass rates (``pass``), or a uniform per trajectory (``reward``)."""
+    rng = stream(seed, rep, "training", kind, b)
+    if kind == "task":
+        s = tr.task_spread
+        return rng.lognormal(-s * s / 2, s, _BLOCK) if s else np.ones(_BLOCK)
+    if kind == "pass":
+        ds = tr.dynamic_sampling
+        return rng.beta(ds.alpha, ds.beta, _BLOCK)
+    return rng.random(_BLOCK)
+
+
 class TrainingLoop(LoopResults):
     """Runs ``training.steps`` steps on ``cell`` (a :class:`simrollout.sim.model.Cell`)."""
 
@@ -91,17 +104,7 @@ class TrainingLoop(LoopResults):
     def _block(self, kind: str, k: int) -> np.ndarray:
         b = (kind, k // _BLOCK)
         if b not in self._blocks:
-            rng = stream(self._seed, self._rep, "training", kind, b[1])
-            tr = self.tr
-            if kind == "task":
-                s = tr.task_spread
-                x = rng.lognormal(-s * s / 2, s, _BLOCK) if s else np.ones(_BLOCK)
-            elif kind == "pass":
-                ds = tr.dynamic_sampling
-                x = rng.beta(ds.alpha, ds.beta, _BLOCK)
-            else:  # "reward": a uniform per trajectory
-                x = rng.random(_BLOCK)
-            self._blocks[b] = x
+            self._blocks[b] = draw_block(self._seed, self._rep, self.tr, kind, b[1])
         return self._blocks[b][k % _BLOCK]
 
     # ------------------------------------------------------------ groups and trajectories
