@@ -6,9 +6,9 @@ What it covers (``Scenario.compiled_gaps``): async batches, Poisson arrivals and
 contention curves (``base x m(load at its start)``), operations weighed by phase, contention per
 host, service or client; quotas and create-rate limits; failures, retries and timeouts; serving
 engines through a pilot. Warm pools, task images, sandbox reuse, shared creates and teardowns,
-a loaded inference tier without serving engines and a training loop other than async with partial
-rollouts run on the other engines; an async loop's rollout side runs here
-(:mod:`.compiled_training`).
+a loaded inference tier without serving engines, and training loops in other modes or with
+over- or dynamic sampling, interrupts, failures other than masked or tokens, run on the other
+engines; an async loop's rollout side runs here (:mod:`.compiled_training`).
 The body runs in segments that re-read the load at each boundary, as the trajectory engine's do,
 without its steady-state sampling.
 """
@@ -144,11 +144,12 @@ class CompiledRun:
         while True:
             code = L.run(tuple(S))
             if code == L.R_DONE:
-                if self.training is None or self.training.over():
-                    return
-                continue
+                if self.training is not None:
+                    self.training.check_over()
+                return
             if code in (L.R_TIMER, L.R_NOTIFY):
-                gi[L.J_RESUME] = gi[L.J_REQW] if code == L.R_NOTIFY else -1
+                if code == L.R_NOTIFY and gi[L.J_REQW] >= 0:  # the worker that found it goes on
+                    gi[L.J_RESUME] = gi[L.J_REQW]
                 self.training.wake()
                 continue
             if code == L.R_PROGRESS:
@@ -187,11 +188,9 @@ class CompiledRun:
             wi[w, L.I_DS0], wi[w, L.I_DNS], wi[w, L.I_DC0] = self.S[43][i]
             wi[w, L.I_DET] = 1
             return
-        if c > self._detail_chunk:  # keep the previous chunk's: bodies of both start for a while
-            old = cell.chunks.get(self._detail_chunk - 1)
-            if old is not None:
-                old.detail = None
-            self._detail_chunk = c
+        if c != self._detail_chunk and self._detail_chunk in cell.chunks:
+            cell.chunks[self._detail_chunk].detail = None
+        self._detail_chunk = c
         d, j = cell.span(i)
         a, b = int(d.step_off[j]), int(d.step_off[j + 1])
         c0, c1 = int(d.call_off[j]), int(d.call_off[j + 1])

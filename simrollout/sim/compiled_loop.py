@@ -65,6 +65,8 @@ AT_RISK, STILL = 1.25, 0.01
 
 @njit(cache=True, _nrt=False)
 def _push(S, t, w, k):
+    if S[3][J_HSIZE] >= S[4].size:  # full of cut segments' old ends (the training loop's): drop them
+        _compact(S)
     push(S[4], S[5], S[6], S[7], S[3], t, w, k)
 
 
@@ -258,39 +260,28 @@ def _cut_seg(S, w, cancel):
     """A barrier or a cancel: worker ``w``'s segment ends with the step it is in (the gate and
     the cancel are read at the next step's start), or, cancelled, at the step's next check:
     before its first call, or between two calls (the step then does not count)."""
-    WF, WI, IN = S[0][w], S[1][w], S[9]
-    if S[3][J_HSIZE] + 1 >= S[4].size:  # the ends of cut segments fill the heap: drop them
-        _compact(S)
+    WF, WI = S[0][w], S[1][w]
     sg, snc, co, ct = S[27], S[28], S[29], S[30]
-    el, du, done, i = S[2][G_NOW] - WF[F_SEGT0], WF[F_DU], WF[F_DONE], WI[I_I]
-    exact = WI[I_EXACT] == 1 and done == int(done)
+    el, du, done = S[2][G_NOW] - WF[F_SEGT0], WF[F_DU], WF[F_DONE]
+    if WI[I_EXACT] != 1 or done != int(done):  # the loop's bodies read their steps: always exact
+        return
     x_l, x_e, luck, task = WF[F_PL], WF[F_PE], WF[F_LUCK], WF[F_TASK]
     ds0, dc0 = WI[I_DS0], WI[I_DC0]
-    per_calls = int(IN[i, C_CALLS] / IN[i, C_STEPS] + 0.5) if IN[i, C_STEPS] > 0 else 0
     t = g = o = 0.0
     for m in range(int(du)):
-        if exact:
-            k = int(done) + m
-            gk, n, c0 = sg[ds0 + k] * luck * x_l, snc[ds0 + k], first_call(snc, ds0, k)
-            ok = tk = 0.0  # the calls' times, read one by one below
-        else:  # steps of equal length, their calls alike
-            gk, n = WF[F_SG] / du, max(per_calls, 1 if WF[F_SO] > 0 else 0)
-            ok = WF[F_SO] / du / n if n else 0.0
-            tk = (WF[F_SD] / du - gk) / n - ok if n else 0.0
-            c0 = 0
+        k = int(done) + m
+        gk, n, c0 = sg[ds0 + k] * luck * x_l, snc[ds0 + k], first_call(snc, ds0, k)
         edge, spent = t + gk, 0.0
         if cancel and el < edge and n > 0:  # generating: stopped before the first call
             _reschedule(S, w, edge, m + 0.5, g + gk, o)
             return
         for j in range(n):
-            oj, tj = (co[dc0 + c0 + j] * x_e, ct[dc0 + c0 + j] * task) if exact else (ok, tk)
-            edge += oj + tj
+            oj = co[dc0 + c0 + j] * x_e
+            edge += oj + ct[dc0 + c0 + j] * task
             spent += oj
             if cancel and el < edge and j + 1 < n:  # in a call: stopped before the next one
                 _reschedule(S, w, edge, m + 0.5, g + gk, o + spent)
                 return
-        if not exact and n == 0:
-            edge = t + WF[F_SD] / du
         t, g, o = edge, g + gk, o + spent
         if el < t:  # the step it is in ends here
             if m + 1 < du:
@@ -553,6 +544,11 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
                 kind = K_LAST
                 continue
             if lm:  # a step's start: wait while the gate is closed; a cancelled body stops here
+                if TI[i, T_CANCEL] and done != int(done):  # stopped before a call: no gate to wait
+                    WI[I_RS], WI[I_RD] = CANCELLED, int(done)
+                    WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G], WF[F_TIME], WF[F_O]
+                    kind = K_BODY_END
+                    continue
                 if S[32][L_GATE]:
                     _park(S, w)
                     return

@@ -11,7 +11,8 @@ the reference's ``_async`` / ``_step`` / ``_sync_weights`` as a plain generator,
 requests (discards, the gate, the timer, a top-up) into the loop's arrays, which the compiled loop
 applies when it resumes (``compiled_loop._apply``).
 
-Covered: ``mode: async``, either placement, ``pause_engines_on_sync``, partial rollouts on or off,
+Covered: ``mode: async`` (on its own trainer GPUs, the placement async allows), engines paused or
+generating at a sync (``pause_engines_on_sync``), partial rollouts on or off,
 ``max_staleness`` or ``staleness_fraction`` with their stale-sample policies, ``sync_every``,
 ``mini_batch``, the trainer's time models, ``on_failure: mask``. The rest of the loop runs on the
 other engines (``Scenario.compiled_gaps``); the fidelity matrix's compiled training rows hold it
@@ -136,11 +137,11 @@ class CompiledTraining(LoopResults):
             self.g_arr[L.G_TIMER] = self.now + arg
             li[L.L_TIMER] = 1
 
-    def over(self) -> bool:
-        """The loop's events ran out: True when the trainer is done (else it waits for groups no
+    def check_over(self) -> None:
+        """The loop's events ran out: the trainer must be done (else it waits for groups no
         trajectory will finish: say so)."""
         if self.trainer is None:
-            return True
+            return
         raise RuntimeError(
             f"the training loop stalled at {self.now:.0f} s: the trainer waits for groups and no "
             "trajectory runs (the compiled engine)"
@@ -258,7 +259,7 @@ class CompiledTraining(LoopResults):
         window_end = (k + 1) % tr.sync_every == 0
         members, train, wait, masked = [], 0.0, 0.0, 0
         ready = start
-        for j in range(self.B // m):
+        for _ in range(self.B // m):
             t = self.now
             batch = yield from self._gather(m)
             if batch is None:
@@ -269,12 +270,8 @@ class CompiledTraining(LoopResults):
             members += piece
             masked += int(self.gs[batch, L.GS_MASK].sum())
             secs = self.clock.update(piece, m / self.B, drawn)
-            if tr.placement == "colocated":
-                self._close()
-            yield _TIMER, secs
+            yield _TIMER, secs  # async trains on its own GPUs (placement: disaggregated)
             train += secs
-            if tr.placement == "colocated" and not (window_end and j == self.B // m - 1):
-                self._open()  # generation resumes between updates
         if window_end:
             yield from self._sync_weights(sync)
         else:

@@ -92,7 +92,7 @@ class Cell(ChunkRows, SandboxLifecycle, StepBody, TrajectoryBody, Segments, Body
         self.metrics.attach(self.fleet.report, self.fleet.totals)
         if pilot is not None:
             self.metrics.attach(pilot.report)
-        elif scn.workload.tokens is not None:  # serving engines at step fidelity
+        elif tokens:  # serving engines at step fidelity
             self.metrics.attach(self.tier.report)
         self._init_load()
         self.sink, self.keep, self.kept = sink, keep, []

@@ -46,3 +46,28 @@ def test_a_heap_rebuilt_after_dropping_entries_pops_the_rest_in_order():
     heapify(ht, hs, hw, hk, m)
     want = sorted(((float(t), w) for w, t in enumerate(times) if w % 3), key=lambda x: (x[0], x[1]))
     assert _drain(h) == want
+
+
+def test_a_full_heap_drops_the_old_ends_of_cut_segments_before_a_push():
+    """The training loop cuts segments and leaves their old ends in the heap (skipped when they
+    come); a push into a full heap drops them first, so the heap never overflows."""
+    from simrollout.sim import compiled_loop as L
+
+    wi = np.zeros((4, L.NI), dtype=np.int64)
+    wi[:, L.I_EPOCH] = 1
+    ht, hs, hw, hk, gi = _heap(6)
+    S = (np.zeros((4, L.NF)), wi, np.zeros(4), gi, ht, hs, hw, hk)
+    seg_end = L.K_SEG_END + L.EPOCH  # epoch 1
+    for w, t in enumerate((5.0, 6.0, 7.0, 8.0)):
+        L._push(S, t, w, seg_end)
+    for w in (0, 1):  # cut: a new end at an earlier time, the old one left behind
+        wi[w, L.I_EPOCH] = 2
+        L._push(S, 1.0 + w, w, L.K_SEG_END + 2 * L.EPOCH)
+    assert gi[J_HSIZE] == 6  # full
+    L._push(S, 3.0, 3, L.K_NEXT)  # worker 3's event: the two stale ends are dropped first
+    assert gi[J_HSIZE] == 5
+    got = []
+    while gi[J_HSIZE]:
+        t, w, k = pop(ht, hs, hw, hk, gi)
+        got.append((t, w))
+    assert got == [(1.0, 0), (2.0, 1), (3.0, 3), (7.0, 2), (8.0, 3)]
