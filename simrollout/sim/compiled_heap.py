@@ -24,15 +24,10 @@ def push(ht, hs, hw, hk, GI, t, w, k):
     ht[n], hs[n], hw[n], hk[n] = t, seq, w, k
 
 
-@njit(cache=True, _nrt=False)
-def pop(ht, hs, hw, hk, GI):
-    """The earliest event: ``(time, worker, state)``."""
-    t, w, k = ht[0], hw[0], hk[0]
-    n = GI[J_HSIZE] - 1
-    GI[J_HSIZE] = n
-    lt, ls, lw, lk = ht[n], hs[n], hw[n], hk[n]
-    i = 0
-    while True:  # sift down
+@njit(cache=True, _nrt=False, inline="always")
+def _sift_down(ht, hs, hw, hk, i, n, lt, ls, lw, lk):
+    """Place the entry ``(lt, ls, lw, lk)`` at or below slot ``i`` of a heap of ``n`` entries."""
+    while True:
         c = 2 * i + 1
         if c >= n:
             break
@@ -43,6 +38,15 @@ def pop(ht, hs, hw, hk, GI):
         ht[i], hs[i], hw[i], hk[i] = ht[c], hs[c], hw[c], hk[c]
         i = c
     ht[i], hs[i], hw[i], hk[i] = lt, ls, lw, lk
+
+
+@njit(cache=True, _nrt=False)
+def pop(ht, hs, hw, hk, GI):
+    """The earliest event: ``(time, worker, state)``."""
+    t, w, k = ht[0], hw[0], hk[0]
+    n = GI[J_HSIZE] - 1
+    GI[J_HSIZE] = n
+    _sift_down(ht, hs, hw, hk, 0, n, ht[n], hs[n], hw[n], hk[n])
     return t, w, k
 
 
@@ -50,16 +54,4 @@ def pop(ht, hs, hw, hk, GI):
 def heapify(ht, hs, hw, hk, n):
     """Order the first ``n`` entries as a heap again (after entries were dropped)."""
     for top in range(n // 2 - 1, -1, -1):
-        i = top
-        lt, ls, lw, lk = ht[i], hs[i], hw[i], hk[i]
-        while True:
-            c = 2 * i + 1
-            if c >= n:
-                break
-            if c + 1 < n and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hs[c + 1] < hs[c])):
-                c += 1
-            if lt < ht[c] or (lt == ht[c] and ls < hs[c]):
-                break
-            ht[i], hs[i], hw[i], hk[i] = ht[c], hs[c], hw[c], hk[c]
-            i = c
-        ht[i], hs[i], hw[i], hk[i] = lt, ls, lw, lk
+        _sift_down(ht, hs, hw, hk, top, n, ht[top], hs[top], hw[top], hk[top])
