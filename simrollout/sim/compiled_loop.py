@@ -172,6 +172,13 @@ def _dequeue(S, w):
     return -1
 
 
+@njit(cache=True, _nrt=False, inline="always")
+def _cancelled(WF, WI, steps):
+    """A worker's body stops, cancelled, after ``steps`` steps: its outcome so far."""
+    WI[I_RS], WI[I_RD] = CANCELLED, steps
+    WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G], WF[F_TIME], WF[F_O]
+
+
 @njit(cache=True, _nrt=False)
 def _park(S, w):
     """A body at a step's start waits for the gate to open."""
@@ -540,23 +547,24 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
             kind = K_SEG
         elif kind == K_SEG:
             units, done = WI[I_UNITS], WF[F_DONE]
-            if done >= units - 1e-9:
-                kind = K_LAST
-                continue
-            if lm:  # a step's start: wait while the gate is closed; a cancelled body stops here
-                if TI[i, T_CANCEL] and done != int(done):  # stopped before a call: no gate to wait
-                    WI[I_RS], WI[I_RD] = CANCELLED, int(done)
-                    WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G], WF[F_TIME], WF[F_O]
+            last = done >= units - 1e-9
+            # a step's start (a lost sandbox's last step too): wait while the gate is closed; a
+            # cancelled body stops here, and one stopped before a call has no gate to wait for
+            if lm and (not last or WI[I_TAIL]):
+                if TI[i, T_CANCEL] and done != int(done):
+                    _cancelled(WF, WI, int(done))
                     kind = K_BODY_END
                     continue
                 if S[32][L_GATE]:
                     _park(S, w)
                     return
                 if TI[i, T_CANCEL]:
-                    WI[I_RS], WI[I_RD] = CANCELLED, int(done + 1e-9)
-                    WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G], WF[F_TIME], WF[F_O]
+                    _cancelled(WF, WI, int(done + 1e-9))
                     kind = K_BODY_END
                     continue
+            if last:
+                kind = K_LAST
+                continue
             x_l, x_e = _mult(S, WI[I_DOM])
             if WI[I_PREV]:
                 moved = max(abs(x_l / WF[F_PL] - 1.0), abs(x_e / WF[F_PE] - 1.0))
@@ -618,15 +626,6 @@ def _advance(S, w, kind):  # noqa: C901 (one state machine)
             kind = K_SEG
         elif kind == K_LAST:
             if WI[I_TAIL]:  # the lost sandbox's last step, up to the failing call
-                if lm:
-                    if S[32][L_GATE]:
-                        _park(S, w)
-                        return
-                    if TI[i, T_CANCEL]:
-                        WI[I_RS], WI[I_RD] = CANCELLED, WI[I_UNITS]
-                        WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G], WF[F_TIME], WF[F_O]
-                        kind = K_BODY_END
-                        continue
                 x_l, x_e = _mult(S, WI[I_DOM])
                 WF[F_XL], WF[F_XE], WF[F_TTAIL] = x_l, x_e, now
                 tl = WF[F_TG] * x_l + WF[F_TO] * x_e + WF[F_TT]

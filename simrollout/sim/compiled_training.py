@@ -47,7 +47,6 @@ class CompiledTraining(LoopResults):
         self.cell, self.tr = cell, cell.scn.training
         tr = self.tr
         self.B, self.G, self.n = tr.prompts_per_step, tr.samples_per_prompt, cell.work.n
-        self.version = 0
         self.clock = TrainerClock(self)
         self.steps: list[StepRecord] = []
         self.staleness: list[int] = []
@@ -117,6 +116,11 @@ class CompiledTraining(LoopResults):
         """The discarded groups (the reference keeps every group not trained)."""
         G, gone = self.G, np.flatnonzero(self.gs[: self.li[L.L_NEXTG], L.GS_STATE] == L.DISCARDED)
         return {int(g): _Gone(CAUSES[self.gs[g, L.GS_CAUSE]], list(range(g * G, g * G + G))) for g in gone}
+
+    @property
+    def version(self) -> int:
+        """The policy version: weight syncs done (kept in the loop's integers)."""
+        return int(self.li[L.L_VERSION])
 
     @property
     def now(self) -> float:
@@ -287,8 +291,7 @@ class CompiledTraining(LoopResults):
         if self.tr.pause_engines_on_sync:
             self._close()
         yield _TIMER, sync
-        self.version += 1
-        self.li[L.L_VERSION] = self.version
+        self.li[L.L_VERSION] += 1
         self._bound()
         if not self.li[L.L_GATE]:  # the bodies count their steps under the new version
             self.li[L.L_CUT] |= 2
