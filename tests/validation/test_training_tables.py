@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 HERE = Path(__file__).resolve().parents[2] / "validation" / "training"
-TARGETS = ("verl", "areal", "areal-e2e", "vime")
+TARGETS = ("verl", "areal", "areal-e2e", "vime", "verl-1step")
 # baseline_metrics.csv column -> published.csv column, per target
 SAME = {
     "verl": {"timing_s/step": "step", "timing_s/gen": "gen", "timing_s/old_log_prob": "old_log_prob",
@@ -18,6 +18,10 @@ SAME = {
     "areal": {"throughput_k_tokens_per_s": "throughput_k"},
     "areal-e2e": {"training_hours": "hours", "n_nodes": "nodes", "ppo_steps": "steps"},
     "vime": {"perf/step_time": "step", "perf/train_wait_time": "train_wait", "perf/train_time": "train"},
+    "verl-1step": {"timing_s/step": "step", "timing_s/gen": "gen", "timing_s/old_log_prob": "old_log_prob",
+                   "timing_s/generate_sequences": "generate_sequences",
+                   "timing_s/update_actor": "update_actor",
+                   "n_gpus": "gpus"},
 }  # fmt: skip
 
 
