@@ -1,0 +1,112 @@
+"""Re-derive the GPU engine profiles and their predictions of the published serving tables.
+
+    python validation/engines_gpu/predict.py                    # fit, predict, print the MAPEs
+    python validation/engines_gpu/predict.py --write            # also rewrite predictions.csv
+    python validation/engines_gpu/predict.py --write-profiles   # also rewrite calibration/engines/
+
+Efficiencies are fitted on the rows of published.csv marked ``fit``; the ``held_out`` rows are
+predicted (simrollout/validation/serving_tables.py says how).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from simrollout.errors import InputError
+from simrollout.validation import serving_tables as st
+
+HERE = Path(__file__).resolve().parent
+ENGINES = HERE.parents[1] / "calibration" / "engines"
+
+
+def profile_text(specs: dict, name: str, eff: dict, rows) -> str:
+    """An engine profile file: the coefficients and, for each, its derivation."""
+    prof = specs["profiles"][name]
+    model, gpu, tp = specs["models"][prof["model"]], specs["gpus"][prof["gpu"]], int(prof["tp"])
+    eng = st.engine_spec(specs, name, eff)
+    kv = int(model["layers"] * model["kv_heads"] * model["head_dim"] * 4)
+    at = rows[rows["profile"] == name]
+    fit_rows = ", ".join(
+        f"{r.input_len} in / {r.output_len} out at {r.concurrency}"
+        for r in at[at.split == "fit"].itertuples()
+    )
+    src = prof.get("efficiencies_from")
+    fitted = (
+        f"efficiencies of {src} (nothing fitted on this profile's rows)"
+        if src
+        else f"fitted on published.csv rows marked fit ({fit_rows})"
+    )
+    tp_note = (
+        f"{tp} GPUs x {specs['tp_efficiency']} per doubling (validation/engines_gpu/specs.yaml: tp_efficiency)"
+        if tp > 1
+        else "one GPU"
+    )
+    header = (
+        f"# {name}: {prof['model']} (BF16) on {tp} x {prof['gpu'].upper()}, {prof['engine']}, TP={tp}.\n"
+        "# Written by validation/engines_gpu/predict.py --write-profiles from validation/engines_gpu/specs.yaml\n"
+        "# and published.csv; validation/engines_gpu/README.md gives its held-out error.\n"
+    )
+    doc = {
+        "version": 1,
+        "name": name,
+        "provenance": {
+            "method": "derived from the model's shape and the GPU's figures, efficiencies fitted on published rows",
+            "model": f"{prof['model']}: {model['source']}",
+            "gpu": gpu["source"],
+            "tensor_parallel": tp_note,
+            "efficiencies": {**eff, "how": fitted},
+            "sources": {
+                "base": f"derived: {2 * model['params']:.3g} weight bytes / (eta bandwidth {eff['bandwidth']} x {tp_note} of {gpu['bandwidth']:.3g} B/s)",
+                "per_context_token": f"derived: {kv} KV bytes per token ({int(model['layers'])} layers x {int(model['kv_heads'])} KV heads x {int(model['head_dim'])} x 2 (K, V) x 2 bytes) at the same bandwidth",
+                "per_prefill_token": f"derived: 2 x {model['params']:.3g} FLOPs per token / (eta prefill {eff['prefill']} x {tp_note} of {gpu['flops']:.3g} FLOP/s)",
+                "per_prefill_attention": f"derived: 4 x {int(model['layers'])} layers x {int(model['q_heads'])} query heads x {int(model['head_dim'])} FLOPs per pair of tokens at the prefill's rate",
+                "per_decode": f"derived: 2 x {model['params']:.3g} FLOPs per token / (eta decode {eff['decode']} x the same FLOPs)",
+                "kv_capacity_tokens": f"derived: {tp} x {gpu['memory_gib']:.0f} GiB x {prof['memory_fraction']} - {tp} x {prof['activations_gib']:.0f} GiB activations - weights, / {kv} bytes",
+                "max_batch_tokens, max_running, overhead": prof["settings"],
+            },
+        },
+        "engine": eng,
+    }
+    return header + yaml.safe_dump(doc, sort_keys=False, width=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="rewrite predictions.csv")
+    ap.add_argument(
+        "--write-profiles", action="store_true", help="rewrite the profiles in calibration/engines/"
+    )
+    args = ap.parse_args(argv)
+    try:
+        specs = st.load_specs(HERE / "specs.yaml")
+        rows = st.load_rows(HERE / "published.csv")
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    pred, effs = st.evaluate(specs, rows)
+    print(st.mape(pred).to_string(index=False, float_format="%.2f"))
+    if args.write:
+        cols = [
+            "profile",
+            "input_len",
+            "output_len",
+            "concurrency",
+            "metric",
+            "split",
+            "value",
+            "predicted",
+            "error_pct",
+        ]
+        pred[cols].to_csv(HERE / "predictions.csv", index=False, float_format="%.6g")
+    if args.write_profiles:
+        for name, eff in effs.items():
+            (ENGINES / f"{name}.yaml").write_text(profile_text(specs, name, eff, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
