@@ -27,50 +27,48 @@ def profile_text(specs: dict, name: str, eff: dict, rows) -> str:
     """An engine profile file: the coefficients and, for each, its derivation."""
     prof = specs["profiles"][name]
     model, gpu, tp = specs["models"][prof["model"]], specs["gpus"][prof["gpu"]], int(prof["tp"])
-    eng = st.engine_spec(specs, name, eff)
-    kv = int(model["layers"] * model["kv_heads"] * model["head_dim"] * 4)
-    at = rows[rows["profile"] == name]
-    fit_rows = ", ".join(
-        f"{r.input_len} in / {r.output_len} out at {r.concurrency}"
-        for r in at[at.split == "fit"].itertuples()
-    )
+    layers, kv_heads, q_heads, dim = (int(model[k]) for k in ("layers", "kv_heads", "q_heads", "head_dim"))
+    params, kv = model["params"], layers * kv_heads * dim * 4
+    at = rows[(rows["profile"] == name) & (rows["split"] == "fit")]
+    fit_rows = ", ".join(f"{r.input_len} in / {r.output_len} out at {r.concurrency}" for r in at.itertuples())
     src = prof.get("efficiencies_from")
-    fitted = (
-        f"efficiencies of {src} (nothing fitted on this profile's rows)"
-        if src
-        else f"fitted on published.csv rows marked fit ({fit_rows})"
+    how = f"those of {src}, nothing fitted here" if src else f"fitted on published.csv rows ({fit_rows})"
+    gpus = (
+        f"{tp} GPUs x {specs['tp_efficiency']} per doubling (specs.yaml tp_efficiency)" if tp > 1 else "1 GPU"
     )
-    tp_note = (
-        f"{tp} GPUs x {specs['tp_efficiency']} per doubling (validation/engines_gpu/specs.yaml: tp_efficiency)"
-        if tp > 1
-        else "one GPU"
-    )
-    header = (
-        f"# {name}: {prof['model']} (BF16) on {tp} x {prof['gpu'].upper()}, {prof['engine']}, TP={tp}.\n"
-        "# Written by validation/engines_gpu/predict.py --write-profiles from validation/engines_gpu/specs.yaml\n"
-        "# and published.csv; validation/engines_gpu/README.md gives its held-out error.\n"
-    )
+    act = prof["activations_gib"]
+    mem = f"{tp} x {gpu['memory_gib']:.0f} GiB x {prof['memory_fraction']} - {tp} x {act:.0f}"
+    sources = {
+        "base": f"derived: {2 * params:.3g} weight bytes / (eta bandwidth x {gpus} x {gpu['bandwidth']:.3g})",
+        "per_context_token": (
+            f"derived: {kv} KV bytes per token ({layers} layers x {kv_heads} KV heads x {dim} x 2 (K, V)"
+            " x 2 bytes) at the same bandwidth"
+        ),
+        "per_prefill_token": f"derived: 2 x {params:.3g} FLOPs / (eta prefill x {gpus} x {gpu['flops']:.3g})",
+        "per_prefill_attention": f"derived: 4 x {layers} x {q_heads} x {dim} FLOPs per token pair, same rate",
+        "per_decode": f"derived: 2 x {params:.3g} FLOPs / (eta decode x the same FLOP/s)",
+        "kv_capacity_tokens": f"derived: ({mem} GiB activations - weights) / {kv} bytes",
+        "max_batch_tokens, max_running, overhead": prof["settings"],
+    }
     doc = {
         "version": 1,
         "name": name,
         "provenance": {
-            "method": "derived from the model's shape and the GPU's figures, efficiencies fitted on published rows",
+            "method": "model shape and GPU figures, with efficiencies fitted on published rows",
             "model": f"{prof['model']}: {model['source']}",
             "gpu": gpu["source"],
-            "tensor_parallel": tp_note,
-            "efficiencies": {**eff, "how": fitted},
-            "sources": {
-                "base": f"derived: {2 * model['params']:.3g} weight bytes / (eta bandwidth {eff['bandwidth']} x {tp_note} of {gpu['bandwidth']:.3g} B/s)",
-                "per_context_token": f"derived: {kv} KV bytes per token ({int(model['layers'])} layers x {int(model['kv_heads'])} KV heads x {int(model['head_dim'])} x 2 (K, V) x 2 bytes) at the same bandwidth",
-                "per_prefill_token": f"derived: 2 x {model['params']:.3g} FLOPs per token / (eta prefill {eff['prefill']} x {tp_note} of {gpu['flops']:.3g} FLOP/s)",
-                "per_prefill_attention": f"derived: 4 x {int(model['layers'])} layers x {int(model['q_heads'])} query heads x {int(model['head_dim'])} FLOPs per pair of tokens at the prefill's rate",
-                "per_decode": f"derived: 2 x {model['params']:.3g} FLOPs per token / (eta decode {eff['decode']} x the same FLOPs)",
-                "kv_capacity_tokens": f"derived: {tp} x {gpu['memory_gib']:.0f} GiB x {prof['memory_fraction']} - {tp} x {prof['activations_gib']:.0f} GiB activations - weights, / {kv} bytes",
-                "max_batch_tokens, max_running, overhead": prof["settings"],
-            },
+            "engine": prof["engine"],
+            "tensor_parallel": gpus,
+            "efficiencies": {**eff, "how": how},
+            "sources": sources,
         },
-        "engine": eng,
+        "engine": st.engine_spec(specs, name, eff),
     }
+    header = (
+        f"# {name}: {prof['model']} (BF16) on {tp} x {prof['gpu'].upper()}, {prof['engine']}, TP={tp}.\n"
+        "# Written by validation/engines_gpu/predict.py --write-profiles (specs.yaml, published.csv);\n"
+        "# validation/engines_gpu/README.md gives its held-out error.\n"
+    )
     return header + yaml.safe_dump(doc, sort_keys=False, width=110)
 
 
