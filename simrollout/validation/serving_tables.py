@@ -179,7 +179,7 @@ def fit(specs: dict, name: str, rows: pd.DataFrame) -> dict[str, float]:
     def resid(x):
         return np.log(predict(specs, name, at, eff(x)) / at["value"].to_numpy())
 
-    sol = least_squares(resid, np.log(np.full(len(keys), 0.5)), bounds=(-5, 0.5), diff_step=1e-3)
+    sol = least_squares(resid, np.log(np.full(len(keys), 0.5)), bounds=(-5, 0.0), diff_step=1e-3)
     return {k: round(float(v), 4) for k, v in eff(sol.x).items()}
 
 

@@ -30,6 +30,7 @@ def profile_text(specs: dict, name: str, eff: dict, rows) -> str:
     layers, kv_heads, q_heads, dim = (int(model[k]) for k in ("layers", "kv_heads", "q_heads", "head_dim"))
     params, kv = model["params"], layers * kv_heads * dim * 4
     at = rows[(rows["profile"] == name) & (rows["split"] == "fit")]
+    at = at.drop_duplicates(["input_len", "output_len", "concurrency"])
     fit_rows = ", ".join(f"{r.input_len} in / {r.output_len} out at {r.concurrency}" for r in at.itertuples())
     src = prof.get("efficiencies_from")
     how = f"those of {src}, nothing fitted here" if src else f"fitted on published.csv rows ({fit_rows})"
