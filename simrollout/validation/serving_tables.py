@@ -83,6 +83,11 @@ def load_specs(path: Path) -> dict:
                 except (KeyError, TypeError, ValueError):
                     raise InputError(f"{path}: field '{table}.{name}.{f}': expected a number.") from None
     for name, prof in data["profiles"].items():
+        src = prof.get("efficiencies_from")
+        if src is not None and (src not in data["profiles"] or src == name):
+            raise InputError(
+                f"{path}: field 'profiles.{name}.efficiencies_from': {src!r} is not another profile."
+            )
         for key, table in (("model", "models"), ("gpu", "gpus")):
             if prof.get(key) not in data[table]:
                 raise InputError(
@@ -185,6 +190,11 @@ def fit(specs: dict, name: str, rows: pd.DataFrame) -> dict[str, float]:
 
 def evaluate(specs: dict, rows: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
     """Every row with its prediction and error, and each profile's fitted efficiencies."""
+    unknown = sorted(set(rows["profile"]) - set(specs["profiles"]))
+    if unknown:
+        raise InputError(
+            f"published rows name profile(s) {', '.join(unknown)} that specs.yaml does not define."
+        )
     parts, effs = [], {}
     for name in specs["profiles"]:
         at = rows[rows["profile"] == name].copy()

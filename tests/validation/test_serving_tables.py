@@ -88,6 +88,12 @@ def test_a_bad_table_names_the_file_line_and_column(tmp_path):
         st.load_rows(bad)
 
 
+def test_rows_of_a_profile_specs_do_not_define_are_refused(specs, rows):
+    extra = pd.concat([rows, rows.head(1).assign(profile="qwen3-8b-b200")], ignore_index=True)
+    with pytest.raises(InputError, match="qwen3-8b-b200 that specs.yaml does not define"):
+        st.evaluate(specs, extra)
+
+
 def test_predict_script_exits_2_with_one_paragraph_on_bad_specs(tmp_path, monkeypatch, capsys):
     spec = importlib.util.spec_from_file_location("predict", HERE / "predict.py")
     predict = importlib.util.module_from_spec(spec)

@@ -86,7 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    pred, effs = st.evaluate(specs, rows)
+    try:
+        pred, effs = st.evaluate(specs, rows)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(st.mape(pred).to_string(index=False, float_format="%.2f"))
     if args.write:
         cols = [
