@@ -83,11 +83,10 @@ def load_specs(path: Path) -> dict:
                 except (KeyError, TypeError, ValueError):
                     raise InputError(f"{path}: field '{table}.{name}.{f}': expected a number.") from None
     for name, prof in data["profiles"].items():
-        src = prof.get("efficiencies_from")
-        if src is not None and (src not in data["profiles"] or src == name):
-            raise InputError(
-                f"{path}: field 'profiles.{name}.efficiencies_from': {src!r} is not another profile."
-            )
+        for key in ("efficiencies_from", "prefill_from"):
+            src = prof.get(key)
+            if src is not None and (src not in data["profiles"] or src == name):
+                raise InputError(f"{path}: field 'profiles.{name}.{key}': {src!r} is not another profile.")
         for key, table in (("model", "models"), ("gpu", "gpus")):
             if prof.get(key) not in data[table]:
                 raise InputError(
@@ -165,27 +164,35 @@ def predict(specs: dict, name: str, rows: pd.DataFrame, eff: dict[str, float]) -
     return np.array(out)
 
 
-def fit(specs: dict, name: str, rows: pd.DataFrame) -> dict[str, float]:
-    """Efficiencies that best match the profile's ``fit`` rows (least squares on log ratios); a
-    profile with ``efficiencies_from`` takes another profile's fit unchanged."""
-    src = specs["profiles"][name].get("efficiencies_from")
-    if src:
-        return fit(specs, src, rows)
+def fit(specs: dict, name: str, rows: pd.DataFrame, known: dict | None = None) -> dict[str, float]:
+    """Efficiencies that best match the profile's ``fit`` rows (least squares on log ratios, each
+    at most 1); a profile with ``efficiencies_from`` takes another profile's fit unchanged, one
+    with ``prefill_from`` that profile's prefill efficiency (its rows' prompts too short to say)."""
+    known = {} if known is None else known  # fits made already (profile -> efficiencies)
+    if name in known:
+        return known[name]
+    prof = specs["profiles"][name]
+    if prof.get("efficiencies_from"):
+        known[name] = fit(specs, prof["efficiencies_from"], rows, known)
+        return known[name]
     at = rows[(rows["profile"] == name) & (rows["split"] == "fit")]
     if at.empty:
         raise InputError(f"profile {name}: no row marked 'fit' to fit its efficiencies on.")
+    src = prof.get("prefill_from")
+    fixed = {"prefill": fit(specs, src, rows, known)["prefill"]} if src else {}
     batched = bool((at["concurrency"] > 1).any())
-    keys = ["bandwidth", "prefill"] + (["decode"] if batched else [])
+    keys = [k for k in ["bandwidth", "prefill"] + (["decode"] if batched else []) if k not in fixed]
 
     def eff(x):
-        e = dict(zip(keys, np.exp(x), strict=True))
+        e = {**fixed, **dict(zip(keys, np.exp(x), strict=True))}
         return {**e, "decode": e.get("decode", e["prefill"])}
 
     def resid(x):
         return np.log(predict(specs, name, at, eff(x)) / at["value"].to_numpy())
 
     sol = least_squares(resid, np.log(np.full(len(keys), 0.5)), bounds=(-5, 0.0), diff_step=1e-3)
-    return {k: round(float(v), 4) for k, v in eff(sol.x).items()}
+    known[name] = {k: round(float(v), 4) for k, v in eff(sol.x).items()}
+    return known[name]
 
 
 def evaluate(specs: dict, rows: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
@@ -200,7 +207,7 @@ def evaluate(specs: dict, rows: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, d
         at = rows[rows["profile"] == name].copy()
         if at.empty:
             continue
-        effs[name] = fit(specs, name, rows)
+        fit(specs, name, rows, effs)
         at["predicted"] = predict(specs, name, at, effs[name])
         at["error_pct"] = 100 * (at["predicted"] / at["value"] - 1)
         parts.append(at)

@@ -116,6 +116,7 @@ def test_every_profile_within_15_percent_held_out_and_as_recorded(specs, rows):
     held = st.mape(pred).query("split == 'held_out'").set_index("profile")["mape_pct"]
     assert len(held) == len(specs["profiles"]) >= 6
     assert (held <= 15).all(), held
+    assert effs["qwen3-8b-h100-vllm-tp2"]["prefill"] == effs["qwen3-8b-h100-vllm"]["prefill"]  # prefill_from
     for name, eff in effs.items():
         shipped = load_engine_profile(ROOT / "calibration" / "engines" / f"{name}.yaml")
         assert shipped.engine == st.engine_spec(specs, name, eff)

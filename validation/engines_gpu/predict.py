@@ -34,6 +34,8 @@ def profile_text(specs: dict, name: str, eff: dict, rows) -> str:
     fit_rows = ", ".join(f"{r.input_len} in / {r.output_len} out at {r.concurrency}" for r in at.itertuples())
     src = prof.get("efficiencies_from")
     how = f"those of {src}, nothing fitted here" if src else f"fitted on published.csv rows ({fit_rows})"
+    if prof.get("prefill_from"):
+        how += f"; prefill: that of {prof['prefill_from']}"
     gpus = (
         f"{tp} GPUs x {specs['tp_efficiency']} per doubling (specs.yaml tp_efficiency)" if tp > 1 else "1 GPU"
     )
