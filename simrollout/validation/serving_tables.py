@@ -185,7 +185,7 @@ def fit(specs: dict, name: str, rows: pd.DataFrame, known: dict | None = None) -
 
     def eff(x):
         e = {**fixed, **dict(zip(keys, np.exp(x), strict=True))}
-        return {**e, "decode": e.get("decode", e["prefill"])}
+        return {"bandwidth": e["bandwidth"], "prefill": e["prefill"], "decode": e.get("decode", e["prefill"])}
 
     def resid(x):
         return np.log(predict(specs, name, at, eff(x)) / at["value"].to_numpy())

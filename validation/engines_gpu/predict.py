@@ -68,7 +68,7 @@ def profile_text(specs: dict, name: str, eff: dict, rows) -> str:
         "engine": st.engine_spec(specs, name, eff),
     }
     header = (
-        f"# {name}: {prof['model']} (BF16) on {tp} x {prof['gpu'].upper()}, {prof['engine']}, TP={tp}.\n"
+        f"# {name}: {prof['model']} (BF16) on {tp} x {prof['gpu'].upper()}, TP={tp}.\n"
         "# Written by validation/engines_gpu/predict.py --write-profiles (specs.yaml, published.csv);\n"
         "# validation/engines_gpu/README.md gives its held-out error.\n"
     )
