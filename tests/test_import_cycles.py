@@ -1,6 +1,6 @@
 """The package's import graph has no cycle: a module never imports, at the top, inside a function
-or under ``if TYPE_CHECKING:``, a module that leads back to it; and the stages below the simulator
-(calibration, the scenario, the distributions, the trace readers) never import it."""
+or under ``if TYPE_CHECKING:``, a module that leads back to it; and the stages are in order (docs/
+extending.md): no module of a stage imports, anywhere in it, a module of a later stage."""
 
 from __future__ import annotations
 
@@ -94,8 +94,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_the_package_has_no_import_cycle():
-    graph = import_graph()
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    """The package's import graph, read once."""
+    return import_graph()
+
+
+def test_the_package_has_no_import_cycle(graph):
     assert len(graph) > 100 and sum(map(len, graph.values())) > 300  # the graph was read
     found = cycles(graph)
     detail = [[f"{a} -> {b}" for a in c for b in sorted(graph[a] & set(c))] for c in found]
@@ -121,18 +126,54 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path
     assert cycles(import_graph(tmp_path)) == [[f"{PKG}.b", f"{PKG}.c"]]  # a type-only cycle is one too
 
 
-@pytest.mark.parametrize(
-    "lower",
-    ["simrollout.calibration", "simrollout.scenario", "simrollout.distributions", "simrollout.traces"],
+# the pipeline's stages, in order (docs/extending.md); the package's own modules below them all, and
+# its front doors (the package, its Python API and the CLI) above them all
+STAGES = (
+    ("errors", "rng", "redact", "outputs"),
+    ("distributions",),
+    ("scenario", "traces"),
+    ("calibration",),
+    ("sim",),
+    ("run",),
+    ("whatif",),
+    ("validation",),
+    ("", "api", "cli"),
 )
-def test_the_lower_layers_never_import_the_simulator(lower: str):
-    """Calibration, the scenario, the distributions and the trace readers sit below the simulator,
-    the runner, the what-if stage and the validation suites (the fidelity matrix's verdicts, a leaf
-    that routes ``fidelity: auto``, excepted)."""
-    graph = import_graph()
-    upper = ("simrollout.sim", "simrollout.run", "simrollout.whatif", "simrollout.validation")
-    mine = [m for m in graph if m == lower or m.startswith(lower + ".")]
-    assert mine
-    for m in mine:
-        bad = sorted(t for t in graph[m] if t.startswith(upper) and t != "simrollout.validation.verdicts")
-        assert not bad, f"{m} imports {bad}"
+
+
+def stage_of(mod: str) -> int | None:
+    """The index in :data:`STAGES` of ``mod``'s stage (its first name below the package)."""
+    top = mod.split(".")[1] if "." in mod else ""
+    return next((i for i, names in enumerate(STAGES) if top in names), None)
+
+
+def climbs(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module of a later stage than the importer's."""
+    return sorted(f"{a} -> {b}" for a, ts in graph.items() for b in ts if stage_of(b) > stage_of(a))
+
+
+def test_every_module_has_a_stage(graph):
+    assert [m for m in graph if stage_of(m) is None] == []
+
+
+@pytest.mark.parametrize("stage", [n for names in STAGES for n in names if n])
+def test_no_stage_imports_a_later_one(stage: str, graph):
+    mine = {m: ts for m, ts in graph.items() if m == f"{PKG}.{stage}" or m.startswith(f"{PKG}.{stage}.")}
+    assert mine  # the stage was read
+    bad = climbs(mine)
+    assert not bad, f"imports of a later stage: {bad}"
+
+
+def test_a_climb_inside_a_function_is_found(tmp_path):
+    pkg = tmp_path / PKG
+    (pkg / "sim").mkdir(parents=True)
+    (pkg / "validation").mkdir()
+    for init in (pkg, pkg / "sim", pkg / "validation"):
+        (init / "__init__.py").write_text("")
+    (pkg / "validation" / "verdicts.py").write_text("from ..sim.model import m\nv = 1\n")
+    (pkg / "sim" / "model.py").write_text("m = 1\n")
+    (pkg / "sim" / "draws.py").write_text("def f():\n    from ..validation.verdicts import v\n    return v\n")
+    graph = import_graph(tmp_path)
+    assert climbs(graph) == [f"{PKG}.sim.draws -> {PKG}.validation.verdicts"]
+    (pkg / "sim" / "draws.py").write_text("from .model import m\n")
+    assert climbs(import_graph(tmp_path)) == []

@@ -50,7 +50,7 @@ def run(
         scn = override(scn, over)
     out = out or Path("results") / scn.name
     _out_folder(out)
-    from ..validation.verdicts import unbacked
+    from ..sim.route import unbacked
 
     if unbacked(scn):
         err.print(f"warning: {unbacked(scn)}", highlight=False, soft_wrap=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..scenario import Scenario
+from ..sim.route import resolved_fidelity
 from ..sim.workload_draws import check_memory
-from ..validation.verdicts import resolved_fidelity
 from .runner import (
     CellKey,
     RunResult,

@@ -309,9 +309,15 @@ def sweep_panels_figure(df: pd.DataFrame, what: str) -> Figure:
     return fig
 
 
+def knee(concurrency, throughput, share: float = 0.9) -> int:
+    """The smallest concurrency reaching ``share`` of the best throughput seen."""
+    pairs = sorted(zip(concurrency, throughput))
+    best = max(t for _, t in pairs)
+    return next(c for c, t in pairs if t >= share * best)
+
+
 def sweep_lines_figure(df: pd.DataFrame) -> Figure:
     """Throughput (knee marked), p99 duration and makespan against concurrency per substrate."""
-    from ..whatif.sweeps import knee
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     cols = ("trajectories_per_hour", "duration_p99", "makespan_hours")

@@ -24,9 +24,9 @@ from ..sim.metrics import aggregate
 from ..sim.model import Cell
 from ..sim.pilot_run import run_pilot, slice_scenario
 from ..sim.records import Records
+from ..sim.route import fidelity_choice, resolved_fidelity, unbacked
 from ..sim.serving_pilot import Pilot
 from ..sim.workload_draws import Work, draw_work, tool_sums_at_once
-from ..validation.verdicts import fidelity_choice, resolved_fidelity, unbacked
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The scenario: every section together, its cross-field checks and what a run resolves from it
 (the engines, samples per task); the fidelity it runs at is the fidelity matrix's verdict
-(:func:`simrollout.validation.verdicts.fidelity_choice`)."""
+(:func:`simrollout.sim.route.fidelity_choice`)."""
 
 from __future__ import annotations
 

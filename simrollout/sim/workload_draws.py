@@ -22,7 +22,7 @@ from ..distributions import Capped, Component, Constant, Mixture, Scaled
 from ..distributions.nfold import nfold
 from ..rng import stream
 from ..scenario import Scenario, Substrate, Tool
-from ..validation.verdicts import resolved_fidelity
+from .route import resolved_fidelity
 
 CHUNK = 32_768
 KEEP = 0.5  # keep the per-step detail of bodies longer unloaded than this share of the timeout

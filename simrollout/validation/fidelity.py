@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..scenario import Scenario, scenario_from_dict
+from ..sim.route import OUTSIDE, resolved_fidelity, unbacked  # noqa: F401 (the matrix's verdicts)
 from . import fidelity_training
 from .fidelity_row import Row
 from .fidelity_training import add_training
-from .verdicts import OUTSIDE, TOLERANCE, resolved_fidelity, unbacked  # noqa: F401 (the matrix's verdicts)
+from .verdicts import TOLERANCE
 
 METRICS = (
     "worker_hours",

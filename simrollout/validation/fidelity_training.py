@@ -4,8 +4,8 @@ Each row is the matrix's workload and fleet (:func:`simrollout.validation.fideli
 one mode: sync (colocated, and disaggregated), one_step_off, async with partial rollouts on and
 off, over-sampling and dynamic sampling, without load and under the matrix's loads. ``fidelity:
 auto`` runs a training loop on the trajectory engine only where its rows are within tolerance
-(:func:`simrollout.validation.verdicts.training_route`); the rows outside are listed in
-:data:`simrollout.validation.verdicts.ROUTED` (docs/fidelity.md). The rows themselves are
+(:func:`simrollout.sim.route.training_route`); the rows outside are listed in
+:data:`simrollout.sim.route.ROUTED` (docs/fidelity.md). The rows themselves are
 :func:`simrollout.validation.fidelity.training_rows`.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .fidelity_row import Row
 
-# the loop's headline metrics (their tolerance: simrollout.validation.verdicts.TRAINING_TOLERANCE)
+# the loop's headline metrics (their tolerance: simrollout.sim.route.TRAINING_TOLERANCE)
 METRICS = (
     "training_steps_per_day",
     "training_hours",

@@ -11,23 +11,24 @@ of ``n``, which a new exchangeable cell's score exceeds with probability at most
 
 :func:`held_out` measures it the honest way: each sitting's cells against the term estimated from
 the other sittings alone (leave one sitting out), combined with the cells' own input band.
-The term a run uses is :func:`fit` over every sitting, shipped as ``model_error.json``.
+The term a run uses is :func:`fit` over every sitting, shipped as ``simrollout/whatif/model_error.json``
+(read, and combined with a band, by :mod:`simrollout.whatif.model_error_term`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..whatif.model_error_term import SHIPPED_PATH, combine, half_width, shipped  # noqa: F401 (the shipped term)
+
 LEVEL = 0.9
 COLUMNS = ["target", "sitting", "date", "workload", "level", "metric", "target_pct", "real_mean",
            "simulated", "sim_lo", "sim_hi"]  # fmt: skip
-SHIPPED = "model_error.json"
 
 
 def read_residuals(path: Path) -> pd.DataFrame:
@@ -62,19 +63,6 @@ def conformal(s, level: float = LEVEL) -> tuple[float, bool]:
         return math.nan, False
     k = math.ceil((len(s) + 1) * level)
     return (float(s[k - 1]), True) if k <= len(s) else (float(s[-1]), False)
-
-
-def combine(point: float, lo: float, hi: float, model_half: float) -> tuple[float, float]:
-    """An input band ``[lo, hi]`` around ``point`` widened by the model's error (a log half-width),
-    the two added in quadrature on each side (independent errors)."""
-    a = math.log(point / lo) if lo > 0 and point > 0 else 0.0
-    b = math.log(hi / point) if hi > 0 and point > 0 else 0.0
-    return point * math.exp(-math.hypot(a, model_half)), point * math.exp(math.hypot(b, model_half))
-
-
-def half_width(q: float, target_pct: float) -> float:
-    """The log half-width a term ``q`` (in units of the target) gives a metric of ``target_pct``."""
-    return q * target_pct / 100
 
 
 def fit(df: pd.DataFrame, level: float = LEVEL) -> dict:
@@ -174,13 +162,8 @@ def report_lines(df: pd.DataFrame, level: float = LEVEL) -> list[str]:
     return lines
 
 
-def shipped() -> dict:
-    """The term a run uses (``model_error.json`` beside this module)."""
-    return json.loads(resources.files(__package__).joinpath(SHIPPED).read_text())
-
-
 def write_shipped(df: pd.DataFrame, path: Path | None = None) -> Path:
     """:func:`fit` of ``df`` into ``model_error.json`` (or ``path``)."""
-    path = path or Path(__file__).with_name(SHIPPED)
+    path = path or SHIPPED_PATH
     path.write_text(json.dumps(fit(df), indent=1, sort_keys=True) + "\n")
     return path

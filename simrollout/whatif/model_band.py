@@ -1,5 +1,5 @@
 """Bands that hold the model's own error: every band of ``--uncertainty`` widened by the term of
-:mod:`simrollout.validation.model_error` (the suites' held-out residuals).
+:mod:`simrollout.whatif.model_error_term` (fitted from the suites' held-out residuals).
 
 Per row and metric: the input band (the refits' 5th-95th percentile, as before, or none) is kept
 as ``<metric>_input_lo`` / ``_input_hi``, and ``<metric>_lo`` / ``_hi`` become the input band and
@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..scenario import Scenario, load_profile
 from ..scenario.files import _resolve
-from ..validation.model_error import combine, half_width, shipped
+from .model_error_term import combine, half_width, shipped
 
 # a run's metric -> the suite metric whose target sets its width, and its side
 SIDE = {

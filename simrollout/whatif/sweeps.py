@@ -74,10 +74,3 @@ def sweep(
             df.insert(0, k, v if not isinstance(v, list) else str(v))
         frames.append(df)
     return pd.concat(frames, ignore_index=True)
-
-
-def knee(concurrency, throughput, share: float = 0.9) -> int:
-    """The smallest concurrency reaching ``share`` of the best throughput seen."""
-    pairs = sorted(zip(concurrency, throughput))
-    best = max(t for _, t in pairs)
-    return next(c for c, t in pairs if t >= share * best)

@@ -30,7 +30,7 @@ from ..run.runner import RunResult
 from ..scenario import Scenario, Substrate, load_profile
 from ..scenario.base import merge
 from ..scenario.files import _resolve
-from ..validation.verdicts import resolved_fidelity
+from ..sim.route import resolved_fidelity
 from .model_band import source_path, widen
 from .sweeps import base_dict, set_path
 

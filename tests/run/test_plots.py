@@ -247,3 +247,8 @@ def test_sweep_bands_show_where_the_sweep_has_them(swept):
     assert "no band: hosted at 16, hosted at 64, hosted at 256 (public figures)" in note(fig)
     eb = errorbars(plots.sweep_lines_figure(s).axes[2])["makespan_hours"]
     np.testing.assert_allclose(eb[:, 1], 0.9 * g.makespan_hours)
+
+
+def test_knee_is_where_throughput_stops_growing():
+    assert plots.knee([16, 32, 64, 128, 256], [10, 19, 35, 38, 38.5]) == 64
+    assert plots.knee([64, 16, 32], [5, 4, 4.6], share=0.9) == 32  # unsorted input, 0.9 x 5 = 4.5

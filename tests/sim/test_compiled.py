@@ -11,8 +11,9 @@ from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
 from simrollout.scenario.substrate import slowdown
 from simrollout.sim.compiled_ops import curve_params, factor
+from simrollout.sim.route import fidelity_choice
 from simrollout.validation.fidelity import Row, build, compare
-from simrollout.validation.verdicts import TOLERANCE, fidelity_choice
+from simrollout.validation.verdicts import TOLERANCE
 
 
 def _run(d: dict, fid: str, keep: bool = False):

@@ -11,9 +11,9 @@ from simrollout.run.runner import CellKey, run_cell
 from simrollout.scenario import scenario_from_dict
 from simrollout.sim.model import Cell
 from simrollout.sim.records import CANCELLED
+from simrollout.sim.route import fidelity_choice
 from simrollout.sim.workload_draws import draw_work
 from simrollout.validation.fidelity import Row, build
-from simrollout.validation.verdicts import fidelity_choice
 from tests.sim.test_training import scenario
 
 

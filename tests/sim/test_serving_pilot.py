@@ -12,9 +12,9 @@ from simrollout.scenario import load_scenario, scenario_from_dict
 from simrollout.scenario.overrides import base_dict
 from simrollout.sim.model import Cell
 from simrollout.sim.pilot_run import run_pilot, slice_scenario
+from simrollout.sim.route import resolved_fidelity
 from simrollout.sim.serving_pilot import FIRST, LAST, STEADY, phases
 from simrollout.validation.fidelity import Row, build
-from simrollout.validation.verdicts import resolved_fidelity
 
 
 def _alone(tokens: dict, steps: int = 12, trajectories: int = 3) -> dict:

@@ -9,7 +9,7 @@ from simrollout.errors import InputError
 from simrollout.scenario import scenario_from_dict
 from simrollout.scenario.overrides import set_path
 from simrollout.whatif.planner import Goal, parse_duration, plan
-from simrollout.whatif.sweeps import knee, parse_set
+from simrollout.whatif.sweeps import parse_set
 from tests.conftest import cli, make
 
 
@@ -41,10 +41,6 @@ def test_parse_set_and_set_path():
         parse_set("workload.steps={a: 1}")
     with pytest.raises(InputError, match="not an index"):
         set_path({"a": [1]}, "a.x", 2)
-
-
-def test_knee_is_where_throughput_stops_growing():
-    assert knee([16, 32, 64, 128, 256], [10, 19, 35, 38, 38.5]) == 64
 
 
 def test_sweep_grid_rows_and_validation():
