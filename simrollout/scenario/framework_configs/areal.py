@@ -32,7 +32,8 @@ def _gpus(sizes: dict[str, int]) -> int:
 
 def read(path: Path) -> Imported:
     k, imp = Knobs(read_yaml(path), path), Imported("areal", path)
-    B, G = k.number("train_dataset.batch_size"), k.number("gconfig.n_samples", 1)
+    B = k.need("train_dataset.batch_size", "the prompts a step trains")
+    G = k.number("gconfig.n_samples", 1)
     imp.put("training.prompts_per_step", B, f"train_dataset.batch_size: {B}")
     imp.put("training.samples_per_prompt", G, f"gconfig.n_samples: {G}")
     if "allocation_mode" in k:

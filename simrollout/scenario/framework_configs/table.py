@@ -70,6 +70,13 @@ class Knobs:
             raise InputError(f"{self.path}: field '{name}' is {v!r}; expected {what}.")
         return x
 
+    def need(self, name: str, why: str) -> int:
+        """A whole-number knob the mapping cannot do without: an InputError when it is absent."""
+        v = self.number(name)
+        if v is None:
+            raise InputError(f"{self.path}: field '{name}' is missing; it gives {why}.")
+        return v
+
     def flag(self, name: str, default: bool | None = None) -> bool | None:
         v = self.get(name)
         if v is None:
