@@ -31,6 +31,12 @@ def run(
         "first cell to this file (default: none).",
     ),
     explain: bool = typer.Option(False, "--explain", help="Also print what every column of the table means."),
+    names: str | None = typer.Option(
+        None,
+        "--names",
+        help="training_steps.csv's columns as a framework logs them: verl, areal, slime, skyrl, "
+        "prime-rl (default: the table's own names).",
+    ),
     uncertainty: bool = typer.Option(
         False,
         "--uncertainty",
@@ -42,8 +48,10 @@ def run(
     from ..api import override
     from ..run.executors import run_scenario
     from ..run.report import print_table, write_results
+    from ..run.step_names import check
     from ..scenario import load_scenario
 
+    check(names)
     scn = load_scenario(scenario)
     over = {k: v for k, v in {"seed": seed, "fidelity": fidelity}.items() if v is not None}
     if over:
@@ -74,7 +82,7 @@ def run(
 
             bar.update(task, description="bands")
             result = with_bands(scn, result, jobs, executor, None, address)
-        paths = write_results(result, tmp)
+        paths = write_results(result, tmp, names)
     print_table(result)
     if explain:
         from ..run.report import print_explain
