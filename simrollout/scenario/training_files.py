@@ -13,7 +13,7 @@ from .workload_files import _find
 
 
 def expand_training(tr: dict, scenario: Path) -> dict:
-    path = _find(tr["import"], scenario, "import").resolve()
+    path = _find(tr["import"], scenario, "import", "training").resolve()
     data, _ = load_yaml(path)
     fragment = data.get("training") if isinstance(data, dict) else None
     if not isinstance(fragment, dict) or data.get("kind") != "training":
