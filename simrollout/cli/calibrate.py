@@ -62,7 +62,9 @@ def calibrate(
         "without the flag when they are not probe records): write a training profile.",
     ),
     gpus: str | None = typer.Option(
-        None, help="Training logs: the GPUs that trained, one count or one per file (e.g. 32,64,128)."
+        None,
+        help="Training logs: the GPUs that trained, one count or one per file (e.g. 32,64,128); "
+        "required with training logs (default: none).",
     ),
     placement: str = typer.Option(
         "colocated", help="Training logs: colocated (the engines' GPUs train) or disaggregated."
@@ -74,7 +76,9 @@ def calibrate(
         None, help="Training logs: responses per step (default: tokens trained / (prompt + response mean))."
     ),
     params_b: float | None = typer.Option(
-        None, help="Training logs: the policy's parameters, billions (written as the profile's model)."
+        None,
+        help="Training logs: the policy's parameters, billions (written as the profile's model; default: "
+        "none, the scenario gives it).",
     ),
 ) -> None:
     """Fit latency distributions to probe records and write a substrate profile (or, from

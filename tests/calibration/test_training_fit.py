@@ -49,8 +49,9 @@ def test_trainer_fit_separates_the_colocated_cost_from_the_rate():
 
 def test_verl_sync_rows_predict_the_held_out_async_trainer():
     """verl's published fully-async table (validation/training/published.csv): fitted on the three
-    colocated sync rows, the disaggregated trainer's update_actor of the async rows within 20%,
-    where ideal 1/GPUs scaling of one rate (no colocated cost) misses by 24-29% on two of them."""
+    colocated sync rows, the disaggregated trainer's update_actor of the async rows within 20%
+    (373, 187, 93 s against 313.81, 156.98, 113.16), where ideal 1/GPUs scaling of one rate (no
+    colocated cost) predicts 661, 331, 165 s (+46% to +111%)."""
     table = pd.read_csv(ROOT / "validation" / "training" / "published.csv")
     verl = table[table["target"] == "verl"]
     sync, held = verl[verl["mode"] == "sync"], verl[verl["row"].str.startswith("async")]
@@ -64,7 +65,7 @@ def test_verl_sync_rows_predict_the_held_out_async_trainer():
         pred = tt.seconds(tokens, int(r.train_gpus), model)
         assert abs(pred / r.update_actor - 1) < 0.20, (r.row, pred)
     misses = [abs(tokens / (int(r.train_gpus) * ideal) / r.update_actor - 1) for r in held.itertuples()]
-    assert sorted(misses)[-2] > 0.24
+    assert min(misses) > 0.45
     cost = ColocatedCosts.model_validate(fit["colocated"]).seconds(32, model)
     assert 40 < cost < 70  # s per colocated step the disaggregated trainer does not pay
 
