@@ -12,16 +12,21 @@ from ..errors import InputError
 
 
 def is_training_log(path: Path) -> bool:
-    """True unless the file's first line is a probe record (a JSON object with a ``phase``)."""
+    """True when the file names a metric a training framework logs (verl's ``timing_s/gen``, ...)
+    and is not probe records; anything else goes to the probe records' reader as before."""
+    from ..calibration.training_logs import NAMES
+
     if not path.is_file():
         return False
     with path.open("rb") as f:
-        first = f.readline(1_000_000).strip()
+        head = f.read(2_000_000).decode("utf-8", "replace")
+    first = head.lstrip().split("\n", 1)[0]
     try:
-        rec = json.loads(first)
+        if isinstance(json.loads(first), dict) and '"phase"' in first:
+            return False
     except ValueError:
-        return True
-    return not (isinstance(rec, dict) and "phase" in rec)
+        pass
+    return any(name in head for names in NAMES.values() for name in names)
 
 
 def _gpus(text: str | None) -> list[int]:
