@@ -157,7 +157,10 @@ def training_profile(
     if len(gpus) == 1 and len(tables) > 1:
         gpus = gpus * len(tables)
     if len(gpus) != len(tables):
-        raise InputError(f"--gpus: give one GPU count, or one per log file ({len(tables)}), got {len(gpus)}.")
+        raise InputError(
+            f"--gpus: give one GPU count, or one per run ({len(tables)}: a file each, TensorBoard's "
+            f"one-metric files together one run), got {len(gpus)}."
+        )
     runs = [run_means(t, responses, g) for t, g in zip(tables, gpus)]
     training = fit_training(runs, gpus, placement)
     if params_b is not None:

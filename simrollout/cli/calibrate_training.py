@@ -47,7 +47,7 @@ def _gpus(text: str | None) -> list[int]:
 def calibrate_training(files, out, gpus, placement, framework, responses, params_b, bootstrap, seed) -> None:
     from ..calibration.calibrate import write_profile
     from ..calibration.training_fit import DEFAULT_REFITS, training_profile
-    from ..calibration.training_logs import NAMES, read_training_log
+    from ..calibration.training_logs import NAMES, join_runs, read_training_log
     from ..errors import naming
 
     if out.is_dir():
@@ -60,7 +60,7 @@ def calibrate_training(files, out, gpus, placement, framework, responses, params
         if v is not None and (v < 0 or (v == 0 and opt != "--bootstrap")):
             raise InputError(f"{opt}: expected a positive number, got {v}.")
     counts = _gpus(gpus)
-    tables = [read_training_log(f, framework) for f in files]
+    tables = join_runs([read_training_log(f, framework) for f in files])
     with naming(files):
         profile = training_profile(
             tables, counts, placement, responses, params_b,
