@@ -12,7 +12,8 @@ from .base import merge
 from .workload_files import _find
 
 
-def expand_training(tr: dict, scenario: Path) -> dict:
+def expand_training(tr: dict, scenario: Path) -> tuple[dict, Path]:
+    """The section with the profile's fragment under it, and the profile's path."""
     path = _find(tr["import"], scenario, "import", "training").resolve()
     data, _ = load_yaml(path)
     fragment = data.get("training") if isinstance(data, dict) else None
@@ -31,5 +32,9 @@ def expand_training(tr: dict, scenario: Path) -> dict:
                 f"({path} holds {len(refits)} refits), got {k!r}."
             )
         base = merge(base, refits[k])
-    over = {key: v for key, v in tr.items() if key not in ("import", "refit")}
-    return merge(base, over)
+    return merge(base, own_fields(tr)), path
+
+
+def own_fields(tr: dict) -> dict:
+    """The section's fields beside ``import`` (and ``refit``)."""
+    return {key: v for key, v in tr.items() if key not in ("import", "refit")}
