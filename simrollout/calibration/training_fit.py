@@ -124,14 +124,26 @@ def fit_training(runs: list[dict], gpus: list[int], placement: str) -> dict:
     return out
 
 
-def generation_points(runs: list[dict], gpus: list[int]) -> list[dict]:
-    """Each run's engines: response tokens per second against the responses in flight (the step's)."""
-    out = []
+def generation(runs: list[dict], gpus: list[int]) -> dict:
+    """The engines' response tokens per second against the responses in flight (each run's step,
+    all at once), per GPU; from two loads or more, the saturating law ``tokens/s/GPU = peak x r /
+    (r + requests_half)`` at ``r`` requests per GPU (least squares in the logs of the rates)."""
+    points = []
     for r, g in zip(runs, gpus):
         if r.get("gen_s") and r.get("responses") and r.get("response_mean"):
             tps = r["responses"] * r["response_mean"] / r["gen_s"]
-            out.append({"gpus": g, "requests": round(r["responses"], 1), "tokens_per_s": round(tps, 2),
-                        "tokens_per_gpu_second": round(tps / g, 3)})  # fmt: skip
+            points.append({"gpus": g, "requests": round(r["responses"], 1), "tokens_per_s": round(tps, 2),
+                           "tokens_per_gpu_second": round(tps / g, 3)})  # fmt: skip
+    out: dict = {"points": points}
+    load = np.array([p["requests"] / p["gpus"] for p in points])
+    rate = np.array([p["tokens_per_gpu_second"] for p in points])
+    if len(set(load.round(6))) >= 2:
+        fit = optimize.least_squares(
+            lambda q: np.log(q[0] * load / (load + q[1]) / rate), [rate.max() * 2, load.mean()],
+            bounds=([1e-9, 0.0], [np.inf, np.inf]),
+        )  # fmt: skip
+        out["law"] = {"peak_tokens_per_gpu_second": round(float(fit.x[0]), 3),
+                      "requests_half_per_gpu": round(float(fit.x[1]), 3)}  # fmt: skip
     return out
 
 
@@ -186,7 +198,7 @@ def training_profile(
         law = response_law(mean, top, clip, max((r.get("responses") or 0) for r in runs) or None)
         extra = {"mean": round(mean, 3), "max_tokens": top, "clip_ratio": round(clip, 5)}
         profile["response_length"] = {**law, **extra}
-    profile["generation"] = generation_points(runs, gpus)
+    profile["generation"] = generation(runs, gpus)
     profile["stages"] = [{q: round(v, 4) for q, v in r.items()} for r in runs]
     profile["training"] = training
     profile["uncertainty"] = _uncertainty(tables, gpus, placement, responses, training, refits, seed)
