@@ -82,7 +82,9 @@ def response_law(mean: float, cap: float, clip: float | None, responses: float |
 
 def trainer_fit(runs: list[dict], gpus: list[int]) -> tuple[float, float]:
     """``(a, rate)`` of ``update = a + (tokens / GPUs) / rate`` over the runs' means, in relative
-    least squares (each run's error as a share of its update: the runs span several-fold)."""
+    least squares (each run's error as a share of its update: the runs span several-fold); from
+    one GPU count, or where the two-term fit's intercept or slope comes out negative, ``a = 0``
+    and the rate of all the runs' tokens per GPU over all their update seconds."""
     x = np.array([r["total_tokens"] / g for r, g in zip(runs, gpus)])
     y = np.array([r["update_s"] for r in runs])
     if len(set(gpus)) >= 2:
