@@ -13,6 +13,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    PrivateAttr,
     model_validator,
 )
 
@@ -85,6 +86,8 @@ class Training(_Model):
     model: ModelSize | None = None
     train_time: TrainTime
     weight_sync_time: SyncTime = Constant(value=0.0)
+    # s per step on the trainer's path outside the update and the sync (reward, advantages, checkpoints)
+    critical_path: NonNegativeFloat = 0.0
     placement: Literal["colocated", "disaggregated"] = "colocated"
     trainer: Trainer | None = None
     # disaggregated: a turn waits while the new weights load into the engines it runs on
@@ -95,6 +98,8 @@ class Training(_Model):
     dynamic_sampling: PassRate | None = None
     on_failure: Literal["mask", "drop_group", "retry"] = "mask"
     retries: NonNegativeInt = 2  # on_failure: retry, per member
+    # ``training: {import: PROFILE}``: the profile's path and the section's own fields beside it
+    _import: tuple[str, dict] | None = PrivateAttr(None)
 
     @model_validator(mode="before")
     @classmethod
