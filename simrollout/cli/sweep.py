@@ -37,9 +37,9 @@ def sweep(
 ) -> None:
     """Run a grid over any scenario fields; one row per cell, plots against the swept variable."""
     from ..run import html_report
-    from ..run.plots import plot_sweep
     from ..run.screen import print_fitted, screen_console
     from ..run.sweep_output import bands_note, sweep_columns, sweep_report
+    from ..run.sweep_plots import plot_sweep
     from ..scenario import load_scenario
     from ..whatif.sweeps import parse_set
     from ..whatif.sweeps import sweep as run_sweep
@@ -66,7 +66,7 @@ def sweep(
     with atomic_folder(out) as tmp:
         df.to_csv(tmp / "sweep.csv", index=False)
         df.to_parquet(tmp / "sweep.parquet", index=False)
-        paths = plot_sweep(df, tmp)
+        paths = plot_sweep(df, tmp, list(sets))
         html_report.write(sweep_report(df, sets, scn, paths), tmp / "report.html")
     if mode.tables:
         columns, keys = sweep_columns(df, list(sets))
