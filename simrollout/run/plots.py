@@ -205,31 +205,42 @@ def levels_figure(summary: pd.DataFrame) -> Figure:
     return fig
 
 
+# a training step's phases bottom to top (docs/model.md, "The training loop"): the columns of
+# training_steps.csv, the legend's words, the colours
+STEP_PHASES = (
+    ("generation_s", "generation (until the trained samples' mean end)", "tab:blue"),
+    ("last_group_s", "waiting for the last group", "tab:orange"),
+    ("train_s", "train", "tab:green"),
+    ("sync_s", "weight sync", "tab:red"),
+)
+
+
 def steps_figure(result: RunResult) -> Figure:
-    """Per-step time stacked (generation, last group, train, sync), one panel per substrate at
-    the first concurrency level, replication 0: each step one unit wide, as areas (a bar per
-    step and part took 10 s to draw at 1,000 steps)."""
+    """Each step's time stacked by phase (:data:`STEP_PHASES`), one panel per substrate at the
+    first concurrency level, replication 0: each step one unit wide, as areas (a bar per step and
+    phase took 10 s to draw at 1,000 steps), named once in the legend."""
     s = result.steps
-    df = s[(s.replication == 0) & (s.concurrency == s.concurrency.iloc[0])]
+    level = s.concurrency.iloc[0]
+    df = s[(s.replication == 0) & (s.concurrency == level)]
     subs = list(dict.fromkeys(df.substrate))
-    fig, axes = plt.subplots(len(subs), 1, figsize=(10, 2.6 * len(subs)), sharex=True, squeeze=False)
-    parts = (("generation_s", "generation", "tab:blue"), ("last_group_s", "last group", "tab:orange"),
-             ("train_s", "train", "tab:green"), ("sync_s", "weight sync", "tab:red"))  # fmt: skip
+    fig, axes = plt.subplots(len(subs), 1, figsize=(11, 2.6 * len(subs) + 0.8), sharex=True, squeeze=False)
     for ax, sub in zip(axes[:, 0], subs):
         g = df[df.substrate == sub]
         x = np.append(g.step.to_numpy(float), g.step.iloc[-1] + 1.0) - 0.5  # each step's edges
         bottom = np.zeros(len(x))
-        for col, label, color in parts:
+        for col, label, color in STEP_PHASES:
             v = g[col].to_numpy(float)
             top = bottom + np.append(v, v[-1])  # the last value once more: its step's right edge
-            ax.fill_between(x, bottom, top, step="post", label=label, color=color, linewidth=0)
+            ax.fill_between(x, bottom, top, step="post", label=label, color=color, linewidth=0, gid=col)
             bottom = top
-        ax.set_ylabel("step time (s)")
-        ax.set_title(sub, fontsize=9)
+        ax.set_ylabel("seconds")
+        ax.set_title(f"{sub} at concurrency {level:,d}", fontsize=9)
+        ax.set_xlim(x[0], x[-1])
     axes[-1, 0].set_xlabel("training step")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
-    fig.legend(handles, labels, loc="upper center", ncol=4, fontsize=8)
+    axes[0, 0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="phase of the step",
+                      title_fontsize=8)  # fmt: skip
+    fig.suptitle("Time per training step, by phase (replication 0)", fontsize=10)
+    fig.tight_layout()
     return fig
 
 

@@ -196,3 +196,20 @@ def test_the_run_writes_every_plot(result, tmp_path):
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert set(TAX) <= set(summary.columns)
     np.testing.assert_allclose(summary[list(TAX)], result.summary[list(TAX)])
+
+
+def test_training_steps_name_each_area_by_its_phase_once():
+    from tests.sim.test_training import scenario
+
+    res = run_scenario(scenario({"steps": 6, "task_spread": 0.5}), executor="serial")
+    fig = plots.steps_figure(res)
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [label for _, label, _ in plots.STEP_PHASES]
+    assert legend[:2] == ["generation (until the trained samples' mean end)", "waiting for the last group"]
+    assert not ax.texts  # no per-step annotation: the legend names the areas
+    areas = {c.get_gid(): c.get_paths()[0].vertices for c in ax.collections}
+    assert list(areas) == ["generation_s", "last_group_s", "train_s", "sync_s"]
+    steps = res.steps[res.steps.replication == 0]
+    np.testing.assert_allclose(areas["sync_s"][:, 1].max(), steps.step_s.max())  # the stack's top: the step
+    np.testing.assert_allclose(areas["generation_s"][:, 1].max(), steps.generation_s.max())
