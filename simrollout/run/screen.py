@@ -93,7 +93,7 @@ def fitted_tables(columns: Sequence[Column], rows: pd.DataFrame, width: int, key
         t = Table(show_edge=True)
         for i in group:
             head = columns[i][1]
-            t.add_column(head, justify="left" if i < keys and columns[i][2] == "{}" else "right",
+            t.add_column(head, justify="left" if columns[i][2] == "{}" else "right",
                          no_wrap=True, min_width=widths[i])  # fmt: skip
         for r in cells:
             t.add_row(*(Text(r[i]) for i in group))
