@@ -21,6 +21,7 @@ from .screen import Column, cell_text
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1400px; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+.scroll { overflow-x: auto; }
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.85em; }
 th { background: #2b5797; color: #fff; padding: 4px 8px; text-align: right; white-space: nowrap; }
 td { padding: 3px 8px; text-align: right; border-bottom: 1px solid #ddd; white-space: nowrap; }
@@ -68,7 +69,8 @@ def _table(sec: Section) -> str:
             )
             cells.append(f'<td class="{"key" if i < sec.keys else ""}">{inner}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f'<div class="scroll">{table}</div>'
 
 
 def _image(path: Path) -> str:
