@@ -27,8 +27,14 @@ class OutputMode:
 
     def say(self, text: str) -> None:
         """A message: on stdout beside the tables, on stderr beside JSON or CSV, never when quiet."""
-        if not self.quiet:
-            typer.echo(text, err=self.format != "table")
+        if self.quiet:
+            return
+        if self.format == "table":  # wrapped to the screen like the tables
+            from ..run.screen import screen_console
+
+            screen_console().print(text, markup=False, overflow="fold")
+        else:
+            typer.echo(text, err=True)
 
     def data(self, text: str) -> None:
         """The summary as JSON or CSV on stdout (nothing with ``table``, or when quiet)."""
