@@ -44,8 +44,11 @@ def _value_format(values: pd.Series) -> str:
 
 def sweep_columns(df: pd.DataFrame, swept: list[str]) -> tuple[list[Column], int]:
     """The sweep table's columns and how many of them name a row (the swept variables, substrate,
-    concurrency). Serving columns only where the rows have serving figures."""
-    keys = [(p, p, _value_format(df[p])) for p in swept if p != "cluster.concurrency"]
+    concurrency; a variable headed by its field's name). Serving columns only where the rows have
+    serving figures."""
+    paths = [p for p in swept if p != "cluster.concurrency"]
+    last = [p.rsplit(".", 1)[-1] for p in paths]  # the field's own name, unless two paths share it
+    keys = [(p, n if last.count(n) == 1 else p, _value_format(df[p])) for p, n in zip(paths, last)]
     keys += [("substrate", "substrate", "{}"), ("concurrency", "conc.", "{:,d}")]
     cols = []
     for key in SHOWN:

@@ -121,7 +121,7 @@ def test_a_piped_sweep_table_fits_and_names_its_variable(tmp_path):
     assert max(map(len, r.stdout.splitlines())) <= 80 and "…" not in r.stdout
     cells = parse(r.stdout)
     sweep = pd.read_csv(tmp_path / "s" / "sweep.csv")
-    engines = sorted({c["cluster.inference.engines"] for c in cells})
+    engines = sorted({c["engines"] for c in cells})
     assert engines == ["4", "8"] and len(sweep) == 8
     costs = sorted(c["cost $"] for c in cells if "cost $" in c)
     assert costs == sorted(f"{v:,.0f}" for v in sweep.cost_usd)

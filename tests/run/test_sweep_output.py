@@ -35,11 +35,11 @@ def heads(df, swept):
 def test_serving_columns_show_where_the_rows_have_serving_engines():
     got, keys = heads(BASE.assign(**SERVING), ["cluster.inference.engines"])
     assert keys == 3
-    assert got == ["cluster.inference.engines", "substrate", "conc.", "traj/h", "makespan h", "dur p99 s",
+    assert got == ["engines", "substrate", "conc.", "traj/h", "makespan h", "dur p99 s",
                    "worker-h", "cost $", "GPU-h", "KV queued", "prefix hit", "re-prefill GPU-h", "turn p50 s",
                    "dur p50 s"]  # fmt: skip
     plain, _ = heads(BASE, ["cluster.inference.engines"])
-    assert plain == ["cluster.inference.engines", "substrate", "conc.", "traj/h", "makespan h", "dur p99 s",
+    assert plain == ["engines", "substrate", "conc.", "traj/h", "makespan h", "dur p99 s",
                      "worker-h", "cost $"]  # fmt: skip
 
 
