@@ -64,7 +64,7 @@ def _out_folder(out: Path) -> None:
         raise InputError(f"--out {out}: is a file; expected a results folder (existing or new).")
 
 
-def _progress_bar():
+def _progress_bar(quiet: bool = False):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(
@@ -74,7 +74,7 @@ def _progress_bar():
         TimeElapsedColumn(),
         console=err,
         transient=True,
-        disable=not err.is_terminal,
+        disable=quiet or not err.is_terminal,
     )
 
 

@@ -11,6 +11,7 @@ from ..errors import InputError
 from ..outputs import atomic_file
 from .entry import _ticker, app
 from .options import _progress_bar
+from .output_mode import FORMAT_HELP, QUIET_HELP, OutputMode, output_mode
 
 
 @app.command()
@@ -68,6 +69,8 @@ def plan(
         help="Also re-simulate the top candidates over the profiles' bootstrap refits and say how "
         "often the recommendation stays the winner.",
     ),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Find the cheapest substrate, concurrency, warm pool and host count that meets a target,
     counting only finished work, and check the winner at a larger size."""
@@ -86,7 +89,9 @@ def plan(
             raise InputError(f"--{name}: expected integers of at least {least}, got '{text}'.")
         return vals
 
+    mode = output_mode(fmt, quiet)
     scn = load_scenario(scenario)
+    shown = Shown(mode, f"simrollout plan {scenario}", scn)
     for name, v in (("throughput", throughput), ("budget", budget)):
         if v is not None and not (v > 0 and v < float("inf")):
             raise InputError(f"plan {scenario}: --{name} must be a positive number, got {v}.")
@@ -108,10 +113,10 @@ def plan(
     if scn.training is not None or steps_per_day is not None:
         _plan_training(scn, deadline, budget, throughput, steps_per_day, ints("concurrency", concurrency, 1),
                        ints("warm-pool", warm_pool), ints("hosts", hosts, 1), check != 0, max_failed,
-                       executor, jobs, out)  # fmt: skip
+                       executor, jobs, out, shown)  # fmt: skip
         return
     target = Goal(parse_duration(deadline) if deadline else None, throughput, budget)
-    with _progress_bar() as bar:
+    with _progress_bar(quiet) as bar:
         task = bar.add_task("plan", total=1.0)
         result = run_plan(
             scn,
@@ -139,37 +144,66 @@ def plan(
                          for x, ok in zip(t.lost_fraction, t.within_budget)]  # fmt: skip
         for c in ("completed", "timeouts", "failed"):
             table[c] = table[c].round().astype(int)
-        typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+        shown.table("every configuration evaluated", table)
     if result.skipped is not None and len(result.skipped):
         floors = result.skipped.assign(makespan_floor_h=lambda d: d.makespan_floor_s / 3600)
-        typer.echo("\nnot simulated (out of reach: the makespan floor of their trajectories' own work):")
-        typer.echo(floors[["substrate", "concurrency", "warm_pool", "hosts", "makespan_floor_h"]]
-                   .to_string(index=False, float_format=lambda v: f"{v:,.1f}"))  # fmt: skip
+        floors = floors[["substrate", "concurrency", "warm_pool", "hosts", "makespan_floor_h"]]
+        shown.table(
+            "not simulated (out of reach: the makespan floor of their trajectories' own work)", floors
+        )
     if result.check is not None and len(result.check):
         chk = result.check.assign(
             makespan_h=lambda d: d.makespan_s / 3600, makespan_h_ci95=lambda d: d.makespan_s_ci95 / 3600
         )[["substrate", "concurrency", "warm_pool", "hosts", "makespan_h", "makespan_h_ci95", "cost_usd",
            "cost_usd_ci95", "lost_fraction", "meets"]]  # fmt: skip
         chk = chk.assign(lost=[f"{x:.3%}" for x in chk.lost_fraction]).drop(columns="lost_fraction")
-        typer.echo(f"\ncheck of the top candidates ({int(result.check.checked.iloc[0]):,} trajectories x "
-                   f"{int(result.check.replications.iloc[0])} replications, 95% CIs):")  # fmt: skip
-        typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+        shown.table(f"check of the top candidates ({int(result.check.checked.iloc[0]):,} trajectories x "
+                    f"{int(result.check.replications.iloc[0])} replications, 95% CIs)", chk, 2)  # fmt: skip
     stability = None
     if uncertainty:
         from ..whatif.uncertainty import describe_stability, plan_stability
 
         stability = describe_stability(plan_stability(scn, result, executor, jobs))
-    _conclude_plan(result, out, stability)
+    _conclude_plan(result, out, shown, stability)
 
 
-def _conclude_plan(result, out: Path | None, extra: str | None = None) -> None:
-    """A plan's last words: its description, the table to ``out``, exit 1 when nothing fits."""
-    typer.echo(result.describe())
-    if extra:
-        typer.echo(extra)
+class Shown:
+    """A plan's tables: printed to fit the screen (``--format table``), and kept for its report."""
+
+    def __init__(self, mode: OutputMode, title: str, scn):
+        self.mode, self.title, self.scn, self.sections = mode, title, scn, []
+
+    def table(self, heading: str, df, digits: int = 1) -> None:
+        from ..run.html_report import Section
+        from ..run.screen import frame_columns, print_fitted, screen_console
+
+        section = Section(heading, frame_columns(df, digits), df, keys=min(2, len(df.columns)))
+        self.sections.append(section)
+        if self.mode.tables:
+            print_fitted(screen_console(), heading, section.columns, df, section.keys)
+
+
+def _conclude_plan(result, out: Path | None, shown: Shown, extra: str | None = None) -> None:
+    """A plan's last words: its description, the table to ``out`` (and its report beside it, with
+    .html), the table on stdout with --format json|csv, exit 1 when nothing fits."""
+    text = [result.describe(), *([extra] if extra else [])]
+    if shown.mode.tables:
+        from ..run.screen import screen_console
+
+        screen_console().print("\n".join(text), markup=False)
+    frame = result.frame()
+    shown.mode.data(frame.to_json(orient="records", indent=2) if shown.mode.format == "json"
+                    else frame.to_csv(index=False))  # fmt: skip
     if out is not None:
+        from ..run import html_report
+
         with atomic_file(out) as tmp:
-            result.frame().to_csv(tmp, index=False)
+            frame.to_csv(tmp, index=False)
+        facts = [("command", shown.title), *html_report.input_facts(shown.scn)]
+        report = html_report.Report(shown.title, facts, shown.sections, text)
+        with atomic_file(out.with_suffix(".html")) as tmp:
+            html_report.write(report, tmp)
+        shown.mode.say(f"wrote {out} and its report {out.with_suffix('.html')}")
     if result.best is None:
         raise typer.Exit(1)
 
@@ -188,6 +222,7 @@ def _plan_training(
     executor,
     jobs,
     out,
+    shown,
 ) -> None:
     """``plan`` for a scenario with a training section: steps per day, a deadline or a budget."""
     from ..whatif.planner import Goal, parse_duration
@@ -199,7 +234,7 @@ def _plan_training(
     target = None
     if steps_per_day is None:
         target = Goal(parse_duration(deadline) if deadline else None, throughput, budget)
-    with _progress_bar() as bar:
+    with _progress_bar(shown.mode.quiet) as bar:
         task = bar.add_task("plan", total=1.0)
         result = plan_training(
             scn, target, steps_per_day, levels, pools, hosts, executor=executor, jobs=jobs,
@@ -212,12 +247,10 @@ def _plan_training(
     t["masked"] = [m + ("" if ok else " (over budget)") for m, ok in zip(t.masked, t.within_budget)]
     cols = ["substrate", "concurrency", "warm_pool", "hosts", "steps_per_day", "time_h", "cost_usd",
             "cost_per_step", "masked", "bound"]  # fmt: skip
-    typer.echo(t[cols].to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    shown.table("every configuration evaluated", t[cols])
     if result.check is not None and len(result.check):
-        typer.echo(
-            f"\ncheck of the top candidates ({int(result.check.replications.iloc[0])} replications, 95% CIs):"
-        )
         chk = result.check[["substrate", "concurrency", "warm_pool", "hosts", "steps_per_day",
                             "steps_per_day_ci95", "cost_usd", "cost_usd_ci95", "meets"]]  # fmt: skip
-        typer.echo(chk.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-    _conclude_plan(result, out)
+        shown.table(f"check of the top candidates ({int(result.check.replications.iloc[0])} replications, "
+                    "95% CIs)", chk)  # fmt: skip
+    _conclude_plan(result, out, shown)

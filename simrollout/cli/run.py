@@ -9,6 +9,7 @@ import typer
 from ..outputs import atomic_folder
 from .entry import _ticker, app
 from .options import _out_folder, _progress_bar, err
+from .output_mode import FORMAT_HELP, QUIET_HELP, output_mode
 
 
 @app.command()
@@ -43,15 +44,18 @@ def run(
         help="Also re-simulate over the profiles' bootstrap refits (common random numbers): "
         "<metric>_lo/_hi (5th/95th percentile) beside the headline metrics.",
     ),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
     from ..api import override
     from ..run.executors import run_scenario
-    from ..run.report import print_table, write_results
+    from ..run.report import print_table, summary_csv, summary_json, write_results
     from ..run.step_names import check
     from ..scenario import load_scenario
 
     check(names)
+    mode = output_mode(fmt, quiet)
     scn = load_scenario(scenario)
     over = {k: v for k, v in {"seed": seed, "fidelity": fidelity}.items() if v is not None}
     if over:
@@ -60,13 +64,13 @@ def run(
     _out_folder(out)
     from ..sim.route import unbacked
 
-    if unbacked(scn):
+    if unbacked(scn) and not quiet:
         err.print(f"warning: {unbacked(scn)}", highlight=False, soft_wrap=True)
     if timeline is not None:
         from ..run.timeline import check
 
         check(scn)
-    with atomic_folder(out) as tmp, _progress_bar() as bar:
+    with atomic_folder(out) as tmp, _progress_bar(quiet) as bar:
         task = bar.add_task("run", total=1.0)
         result = run_scenario(
             scn,
@@ -83,15 +87,17 @@ def run(
             bar.update(task, description="bands")
             result = with_bands(scn, result, jobs, executor, None, address)
         paths = write_results(result, tmp, names)
-    print_table(result)
-    if explain:
+    if mode.tables:
+        print_table(result)
+    if explain and mode.tables:
         from ..run.report import print_explain
 
         print_explain()
+    mode.data(summary_json(result) if fmt == "json" else summary_csv(result))
     extra = "" if no_records else " and per-trajectory Parquet in trajectories/"
-    typer.echo(f"wrote {len(paths)} files{extra} to {out}/")
+    mode.say(f"wrote {len(paths)} files{extra} to {out}/ (report.html: tables, plots and inputs in one page)")
     if timeline is not None:
         from ..run.timeline import write_timeline
 
         n = write_timeline(scn, timeline)
-        typer.echo(f"wrote a timeline of {n:,} events to {timeline} (open it in ui.perfetto.dev)")
+        mode.say(f"wrote a timeline of {n:,} events to {timeline} (open it in ui.perfetto.dev)")

@@ -9,6 +9,7 @@ import typer
 from ..outputs import atomic_folder
 from .entry import _ticker, app
 from .options import _out_folder, _progress_bar
+from .output_mode import FORMAT_HELP, QUIET_HELP, output_mode
 
 
 @app.command()
@@ -31,18 +32,24 @@ def sweep(
         help="Also re-simulate over the profiles' bootstrap refits (common random numbers): "
         "<metric>_lo/_hi (5th/95th percentile) beside the headline metrics.",
     ),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Run a grid over any scenario fields; one row per cell, plots against concurrency."""
-    from ..run.plots import plot_sweep
+    """Run a grid over any scenario fields; one row per cell, plots against the swept variable."""
+    from ..run import html_report
+    from ..run.screen import print_fitted, screen_console
+    from ..run.sweep_output import bands_note, sweep_columns, sweep_report
+    from ..run.sweep_plots import plot_sweep
     from ..scenario import load_scenario
     from ..whatif.sweeps import parse_set
     from ..whatif.sweeps import sweep as run_sweep
 
+    mode = output_mode(fmt, quiet)
     scn = load_scenario(scenario)
     sets = dict(parse_set(s) for s in set_)
     out = out or Path("results") / f"{scn.name}-sweep"
     _out_folder(out)
-    with _progress_bar() as bar:
+    with _progress_bar(quiet) as bar:
         task = bar.add_task("sweep", total=1.0)
         df = run_sweep(
             scn,
@@ -59,28 +66,13 @@ def sweep(
     with atomic_folder(out) as tmp:
         df.to_csv(tmp / "sweep.csv", index=False)
         df.to_parquet(tmp / "sweep.parquet", index=False)
-        paths = plot_sweep(df, tmp)
-    cols = [
-        *sets,
-        "substrate",
-        "concurrency",
-        "training_steps_per_day",
-        "staleness_max",
-        "trajectories_per_hour",
-        "makespan_hours",
-        "duration_p99",
-        "worker_hours",
-        "cost_usd",
-    ]
-    cols = list(dict.fromkeys(c for c in cols if c in df.columns))
-    shown = df[cols].copy()
-    if uncertainty:  # the band beside each metric that has one: "point [lo-hi]"
-        for c in cols:
-            if f"{c}_lo" in df:
-                shown[c] = [f"{v:,.2f}" + (f" [{lo:,.2f}-{hi:,.2f}]" if lo == lo and hi == hi else "")
-                            for v, lo, hi in zip(df[c], df[f"{c}_lo"], df[f"{c}_hi"])]  # fmt: skip
-    typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
-    if uncertainty:
-        bands = "; ".join(f"{k}: {v}" for k, v in dict(zip(df.substrate, df.band)).items())
-        typer.echo(f"bands [90%: the profiles' refits and the model's error, in quadrature]: {bands}")
-    typer.echo(f"wrote sweep.csv, sweep.parquet and {len(paths)} plots to {out}/")
+        paths = plot_sweep(df, tmp, list(sets))
+        html_report.write(sweep_report(df, sets, scn, paths), tmp / "report.html")
+    if mode.tables:
+        columns, keys = sweep_columns(df, list(sets))
+        console = screen_console()
+        print_fitted(console, None, columns, df, keys)
+        if bands_note(df):
+            console.print(bands_note(df))
+    mode.data(df.to_json(orient="records", indent=2) if fmt == "json" else df.to_csv(index=False))
+    mode.say(f"wrote sweep.csv, sweep.parquet, report.html and {len(paths)} plots to {out}/")

@@ -205,31 +205,42 @@ def levels_figure(summary: pd.DataFrame) -> Figure:
     return fig
 
 
+# a training step's phases bottom to top (docs/model.md, "The training loop"): the columns of
+# training_steps.csv, the legend's words, the colours
+STEP_PHASES = (
+    ("generation_s", "generation (until the trained samples' mean end)", "tab:blue"),
+    ("last_group_s", "waiting for the last group", "tab:orange"),
+    ("train_s", "train", "tab:green"),
+    ("sync_s", "weight sync", "tab:red"),
+)
+
+
 def steps_figure(result: RunResult) -> Figure:
-    """Per-step time stacked (generation, last group, train, sync), one panel per substrate at
-    the first concurrency level, replication 0: each step one unit wide, as areas (a bar per
-    step and part took 10 s to draw at 1,000 steps)."""
+    """Each step's time stacked by phase (:data:`STEP_PHASES`), one panel per substrate at the
+    first concurrency level, replication 0: each step one unit wide, as areas (a bar per step and
+    phase took 10 s to draw at 1,000 steps), named once in the legend."""
     s = result.steps
-    df = s[(s.replication == 0) & (s.concurrency == s.concurrency.iloc[0])]
+    level = s.concurrency.iloc[0]
+    df = s[(s.replication == 0) & (s.concurrency == level)]
     subs = list(dict.fromkeys(df.substrate))
-    fig, axes = plt.subplots(len(subs), 1, figsize=(10, 2.6 * len(subs)), sharex=True, squeeze=False)
-    parts = (("generation_s", "generation", "tab:blue"), ("last_group_s", "last group", "tab:orange"),
-             ("train_s", "train", "tab:green"), ("sync_s", "weight sync", "tab:red"))  # fmt: skip
+    fig, axes = plt.subplots(len(subs), 1, figsize=(11, 2.6 * len(subs) + 0.8), sharex=True, squeeze=False)
     for ax, sub in zip(axes[:, 0], subs):
         g = df[df.substrate == sub]
         x = np.append(g.step.to_numpy(float), g.step.iloc[-1] + 1.0) - 0.5  # each step's edges
         bottom = np.zeros(len(x))
-        for col, label, color in parts:
+        for col, label, color in STEP_PHASES:
             v = g[col].to_numpy(float)
             top = bottom + np.append(v, v[-1])  # the last value once more: its step's right edge
-            ax.fill_between(x, bottom, top, step="post", label=label, color=color, linewidth=0)
+            ax.fill_between(x, bottom, top, step="post", label=label, color=color, linewidth=0, gid=col)
             bottom = top
-        ax.set_ylabel("step time (s)")
-        ax.set_title(sub, fontsize=9)
+        ax.set_ylabel("seconds")
+        ax.set_title(f"{sub} at concurrency {level:,d}", fontsize=9)
+        ax.set_xlim(x[0], x[-1])
     axes[-1, 0].set_xlabel("training step")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
-    fig.legend(handles, labels, loc="upper center", ncol=4, fontsize=8)
+    axes[0, 0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="phase of the step",
+                      title_fontsize=8)  # fmt: skip
+    fig.suptitle("Time per training step, by phase (replication 0)", fontsize=10)
+    fig.tight_layout()
     return fig
 
 
@@ -261,108 +272,8 @@ def plot_run(result: RunResult, out: Path) -> list[Path]:
     return paths
 
 
-# ------------------------------------------------------------ sweeps
-def grid_columns(df: pd.DataFrame) -> list[str]:
-    """Columns a sweep added (dotted paths other than the concurrency level)."""
-    return [c for c in df.columns if "." in c and c != "cluster.concurrency"]
-
-
-def _label(key) -> str:
-    return " ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
-
-
-def _groups(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """One group per substrate and grid point, its rows by concurrency."""
-    return [(_label(k), g.sort_values("concurrency"))
-            for k, g in df.groupby(["substrate", *grid_columns(df)], sort=False)]  # fmt: skip
-
-
-def _row_names(df: pd.DataFrame) -> list[str]:
-    cols = ["substrate", *grid_columns(df)]
-    return [f"{_label(tuple(r[c] for c in cols))} at {int(r.concurrency):,d}" for _, r in df.iterrows()]
-
-
-def sweep_panels_figure(df: pd.DataFrame, what: str) -> Figure:
-    """``what`` = ``tax`` or ``cost``: one panel per substrate and grid point, a stacked bar per
-    concurrency level (the tax per phase, or the cost split)."""
-    groups = _groups(df)
-    cols = min(len(groups), 4)
-    rows = -(-len(groups) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 2.5, 3.6 * rows + 0.6), sharey=True,
-                             squeeze=False)  # fmt: skip
-    for ax, (name, g) in zip(axes.flat, groups):
-        x = _bar_axis(ax, [f"{c:,d}" for c in g.concurrency])
-        if what == "tax":
-            tax_bars(ax, g, x)
-        else:
-            cost_bars(ax, g, x)
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("concurrency")
-        ax.grid(True, axis="y", alpha=0.3)
-        if ax is not axes[0, 0]:
-            ax.set_ylabel("")
-    for ax in axes.flat[len(groups) :]:
-        ax.set_visible(False)
-    axes[0, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    rows = pd.concat([g for _, g in groups])
-    _note(fig, rows, _tax_banded(rows) if what == "tax" else ["cost_usd"], _row_names(rows))
-    return fig
-
-
 def knee(concurrency, throughput, share: float = 0.9) -> int:
     """The smallest concurrency reaching ``share`` of the best throughput seen."""
     pairs = sorted(zip(concurrency, throughput))
     best = max(t for _, t in pairs)
     return next(c for c, t in pairs if t >= share * best)
-
-
-def sweep_lines_figure(df: pd.DataFrame) -> Figure:
-    """Throughput (knee marked), p99 duration and makespan against concurrency per substrate."""
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-    cols = ("trajectories_per_hour", "duration_p99", "makespan_hours")
-    for name, g in _groups(df):
-        for ax, col in zip(axes, cols):
-            line = ax.plot(g.concurrency, g[col], marker="o", label=name)[0]
-            bands.draw(ax, g.concurrency, bands.bounds(g, col), col, color=line.get_color())
-            if col == cols[0] and len(g) > 1:
-                k = knee(g.concurrency, g.trajectories_per_hour)
-                y = float(g[g.concurrency == k].trajectories_per_hour.iloc[0])
-                ax.plot([k], [y], marker="*", ms=16, color=line.get_color(), gid="knee")
-    for ax, yl in zip(axes, ("throughput (trajectories/h); * = knee", "p99 duration (s)", "makespan (h)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel(yl)
-        ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=8)
-    _note(fig, df, list(cols), _row_names(df))
-    return fig
-
-
-def sweep_substrates_figure(df: pd.DataFrame) -> Figure:
-    """Worker-hours and cost (split) of each substrate's cheapest cell."""
-    best = df.loc[df.groupby("substrate", sort=False).cost_usd.idxmin()]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
-    names = [f"{s}\n{c:,d}" for s, c in zip(best.substrate, best.concurrency)]
-    x = _bar_axis(axes[0], names)
-    axes[0].bar(x, best.worker_hours, 0.7, color="tab:gray", label="worker-hours")
-    bands.draw(axes[0], x, bands.bounds(best, "worker_hours"), "worker_hours")
-    axes[0].set_ylabel("worker-hours")
-    _bar_axis(axes[1], names)
-    cost_bars(axes[1], best, x)
-    axes[1].legend(fontsize=7)
-    for ax, what in zip(axes, ("worker-hours", "cost")):
-        ax.set_title(f"{what} per substrate (cheapest cell of each)", fontsize=10)
-        ax.grid(True, axis="y", alpha=0.3)
-    _note(fig, best, ["worker_hours", "cost_usd"], _row_names(best))
-    return fig
-
-
-def plot_sweep(df: pd.DataFrame, out: Path) -> list[Path]:
-    """sweep_concurrency.png, sweep_tax.png, sweep_cost.png and sweep_substrates.png."""
-    return [
-        save(sweep_lines_figure(df), out / "sweep_concurrency.png"),
-        save(sweep_panels_figure(df, "tax"), out / "sweep_tax.png"),
-        save(sweep_panels_figure(df, "cost"), out / "sweep_cost.png"),
-        save(sweep_substrates_figure(df), out / "sweep_substrates.png"),
-    ]

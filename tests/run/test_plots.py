@@ -12,7 +12,7 @@ from simrollout.run.report import write_results
 from simrollout.run.runner import CDF_LEVELS
 from simrollout.scenario import load_scenario, scenario_from_dict
 from simrollout.sim.metrics import TAX
-from simrollout.whatif.sweeps import base_dict, sweep
+from simrollout.whatif.sweeps import base_dict
 from tests.conftest import ROOT
 
 
@@ -198,55 +198,21 @@ def test_the_run_writes_every_plot(result, tmp_path):
     np.testing.assert_allclose(summary[list(TAX)], result.summary[list(TAX)])
 
 
-@pytest.fixture(scope="module")
-def swept():
-    scn = load_scenario(ROOT / "scenarios" / "small.yaml")
-    d = scn.model_dump(by_alias=True, exclude_none=True)
-    d["workload"]["trajectories"] = 400
-    return sweep(scenario_from_dict(d, "small"), {"cluster.concurrency": [16, 64, 256]}, executor="serial")
+def test_training_steps_name_each_area_by_its_phase_once():
+    from tests.sim.test_training import scenario
 
-
-@pytest.mark.slow
-def test_sweep_tax_and_cost_against_concurrency_are_the_sweeps_rows(swept, tmp_path):
-    for what in ("tax", "cost"):
-        fig = plots.sweep_panels_figure(swept, what)
-        panels = [ax for ax in fig.axes if ax.get_visible()]
-        assert [ax.get_title() for ax in panels] == ["docker", "hosted"]
-        for ax in panels:
-            g = swept[swept.substrate == ax.get_title()].sort_values("concurrency")
-            assert [t.get_text() for t in ax.get_xticklabels()] == [f"{c:,d}" for c in g.concurrency]
-            got = bars(ax)
-            if what == "tax":
-                for c, *_ in plots.TAX_PARTS:
-                    np.testing.assert_allclose(got[plots.TAX_LABEL[c]][1], g[c])
-            else:
-                np.testing.assert_allclose(sum(h for _, h in got.values()), g.cost_usd)
-    wait = swept[swept.substrate == "hosted"].sort_values("concurrency").tax_wait_s.to_numpy()
-    assert wait[-1] > wait[0]  # the quota and the create rate bind as concurrency grows
-    lines = plots.sweep_lines_figure(swept).axes
-    for ax, col in zip(lines, ("trajectories_per_hour", "duration_p99", "makespan_hours")):
-        for ln in ax.get_lines():
-            if ln.get_gid() == "knee":
-                continue
-            g = swept[swept.substrate == ln.get_label()].sort_values("concurrency")
-            np.testing.assert_allclose(ln.get_ydata(), g[col])
-    best = bars(plots.sweep_substrates_figure(swept).axes[0])["worker-hours"][1]
-    cheapest = swept.loc[swept.groupby("substrate", sort=False).cost_usd.idxmin()]
-    np.testing.assert_allclose(best, cheapest.worker_hours)
-    names = {p.name for p in plots.plot_sweep(swept, tmp_path)}
-    assert names == {"sweep_concurrency.png", "sweep_tax.png", "sweep_cost.png", "sweep_substrates.png"}
-
-
-def test_sweep_bands_show_where_the_sweep_has_them(swept):
-    s = with_bands(swept, ["cost_usd", "makespan_hours"], "docker", "public figures")
-    fig = plots.sweep_panels_figure(s, "cost")
-    docker, hosted = [ax for ax in fig.axes if ax.get_visible()]
-    g = s[s.substrate == "docker"].sort_values("concurrency")
-    np.testing.assert_allclose(errorbars(docker)["cost_usd"][:, 3], 1.15 * g.cost_usd)
-    assert "cost_usd" not in errorbars(hosted)
-    assert "no band: hosted at 16, hosted at 64, hosted at 256 (public figures)" in note(fig)
-    eb = errorbars(plots.sweep_lines_figure(s).axes[2])["makespan_hours"]
-    np.testing.assert_allclose(eb[:, 1], 0.9 * g.makespan_hours)
+    res = run_scenario(scenario({"steps": 6, "task_spread": 0.5}), executor="serial")
+    fig = plots.steps_figure(res)
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [label for _, label, _ in plots.STEP_PHASES]
+    assert legend[:2] == ["generation (until the trained samples' mean end)", "waiting for the last group"]
+    assert not ax.texts  # no per-step annotation: the legend names the areas
+    areas = {c.get_gid(): c.get_paths()[0].vertices for c in ax.collections}
+    assert list(areas) == ["generation_s", "last_group_s", "train_s", "sync_s"]
+    steps = res.steps[res.steps.replication == 0]
+    np.testing.assert_allclose(areas["sync_s"][:, 1].max(), steps.step_s.max())  # the stack's top: the step
+    np.testing.assert_allclose(areas["generation_s"][:, 1].max(), steps.generation_s.max())
 
 
 def test_knee_is_where_throughput_stops_growing():
