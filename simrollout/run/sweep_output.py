@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..validation.verdicts import fidelity_choice
+from ..sim.route import fidelity_choice
 from . import html_report
 from .report import SERVING, TABLE, TRAINING
 from .screen import Column
