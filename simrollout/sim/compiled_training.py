@@ -160,7 +160,7 @@ class CompiledTraining(LoopResults):
         self.finished = self.now
         self._pull()
         for g in list(self.ready) + self.live_groups():
-            self._discard(int(g), "end")
+            self.drop(int(g), "end")
         self.g_arr[L.G_BOUND] = -1.0
         self.li[L.L_NEED] = 0
 
@@ -191,7 +191,7 @@ class CompiledTraining(LoopResults):
         v0 = np.where(self.ti[idx, L.T_STARTED] == 1, self.ti[idx, L.T_V0], np.iinfo(np.int64).max)
         return self.version - v0.min(axis=1) <= self.tr.stale_versions
 
-    def _discard(self, g: int, cause: str) -> None:
+    def drop(self, g: int, cause: str) -> None:
         """Drop group ``g``: its finished members' cost goes to ``cause``; the rest are cancelled
         (queued ones never start, running ones stop at their next step's start)."""
         li, state = self.li, self.gs[g, L.GS_STATE]
@@ -226,9 +226,6 @@ class CompiledTraining(LoopResults):
 
     def fresh(self, groups: list[int]) -> list[bool]:
         return self._fresh(np.asarray(groups, dtype=np.int64)).tolist()
-
-    def drop(self, g: int, cause: str) -> None:
-        self._discard(int(g), cause)
 
     def train(self, batch: list[int]) -> tuple[list[int], np.ndarray, np.ndarray]:
         G = self.G

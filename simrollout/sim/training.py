@@ -114,7 +114,7 @@ class TrainingLoop(LoopResults):
         """The trajectory budget ran out: say so once to whoever waits for groups."""
         if not self.exhausted:
             self.exhausted = True
-            self._notify()
+            self.notify()
 
     def _index(self, g: int) -> int | None:
         if self.next_index >= self.n:
@@ -144,7 +144,7 @@ class TrainingLoop(LoopResults):
             self._submit(i)
         return True
 
-    def _top_up(self) -> None:
+    def top_up(self) -> None:
         """Keep enough groups going for the step being collected (sync, one_step_off) or admit
         as many as the staleness bound and the rollout slots allow (async)."""
         tr = self.tr
@@ -185,7 +185,7 @@ class TrainingLoop(LoopResults):
             if cell.progress is not None and cell._done % 4096 == 0:
                 cell.progress(4096)
             if self.tr.mode == "async":
-                self._top_up()
+                self.top_up()
 
     def _resumed(self, i: int) -> None:
         """Trajectory ``i``'s interrupted turn resumes under the current version."""
@@ -214,8 +214,8 @@ class TrainingLoop(LoopResults):
                     self._submit(j)
                     return
             if self.tr.on_failure != "mask":
-                self._discard(grp, "failures")
-                self._top_up()
+                self.drop(grp, "failures")
+                self.top_up()
                 return
             grp.masked.append(i)
         grp.left -= 1
@@ -230,16 +230,16 @@ class TrainingLoop(LoopResults):
             rewards = [i not in grp.masked and self._block("reward", i) < p for i in grp.members]
             if all(rewards) or not any(rewards):
                 self.filtered += 1
-                self._discard(grp, "filter")
-                self._top_up()
+                self.drop(grp, "filter")
+                self.top_up()
                 return
             self.passed += 1
         grp.state, grp.ready_at = "ready", self.env.now
         del self.live[grp.g]
         self.ready.append(grp)
-        self._notify()
+        self.notify()
 
-    def _discard(self, grp: Group, cause: str) -> None:
+    def drop(self, grp: Group, cause: str) -> None:
         """Drop a group: its finished samples' cost goes to ``cause``; members still running or
         queued are cancelled (stopped at their next step, their sandboxes torn down)."""
         if grp.state == "ready":
@@ -250,9 +250,9 @@ class TrainingLoop(LoopResults):
         self.cell.cancelled.update(grp.members)
         if self.bodies is not None:
             self.bodies.cancel(grp.members)
-        self._notify()
+        self.notify()
 
-    def _notify(self) -> None:
+    def notify(self) -> None:
         if not self.changed.triggered:
             self.changed.succeed()
         self.changed = self.env.event()
@@ -316,15 +316,6 @@ class TrainingLoop(LoopResults):
         if self.trace is not None:
             self._trace_step(k, start, ready, t_first, t1, self.env.now)
 
-    def top_up(self) -> None:
-        self._top_up()
-
-    def notify(self) -> None:
-        self._notify()
-
-    def drop(self, grp: Group, cause: str) -> None:
-        self._discard(grp, cause)
-
     def open(self) -> None:
         if self.gate is not None:
             self.gate.succeed()
@@ -373,7 +364,7 @@ class TrainingLoop(LoopResults):
         yield self.env.process(Trainer(self).run())
         self.finished = self.env.now
         for grp in list(self.ready) + self.live_groups():
-            self._discard(grp, "end")
+            self.drop(grp, "end")
         for _ in workers:
             self.queue.put(None)
         yield self.env.all_of(workers)
