@@ -5,6 +5,8 @@ extending.md): no module of a stage imports, anywhere in it, a module of a later
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -177,3 +179,10 @@ def test_a_climb_inside_a_function_is_found(tmp_path):
     assert climbs(graph) == [f"{PKG}.sim.draws -> {PKG}.validation.verdicts"]
     (pkg / "sim" / "draws.py").write_text("from .model import m\n")
     assert climbs(import_graph(tmp_path)) == []
+
+
+def test_a_plain_run_loads_no_validation_module():
+    """The runner, imported alone, brings in neither the validation suites nor the fidelity matrix."""
+    code = "import sys, simrollout.run.runner; print(sorted(m for m in sys.modules if '.validation' in m))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

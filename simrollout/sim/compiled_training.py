@@ -6,10 +6,11 @@ trajectory's version, a group ready when its last member ends (failed and timed-
 masked), the admission bound and the rollout slots (the top-up after every trajectory), the gate
 the bodies wait at while the engines load weights, barriers and cancels that end a body's segment
 with the step it is in. It returns to Python only for the trainer: when the groups it waits for
-are ready (``R_NOTIFY``) and when its update or weight sync ends (``R_TIMER``). The trainer here is
-the reference's ``_async`` / ``_step`` / ``_sync_weights`` as a plain generator, and it writes its
-requests (discards, the gate, the timer, a top-up) into the loop's arrays, which the compiled loop
-applies when it resumes (``compiled_loop._apply``).
+are ready (``R_NOTIFY``) and when its update or weight sync ends (``R_TIMER``). The trainer is
+the one every engine runs (:class:`simrollout.sim.trainer.Trainer`); this class is its group book
+over the loop's arrays: what the trainer reads there, and its requests (discards, the gate, the
+timer, a top-up) written into them, which the compiled loop applies when it resumes
+(``compiled_loop._apply``).
 
 Covered: ``mode: async`` (on its own trainer GPUs, the placement async allows), engines paused or
 generating at a sync (``pause_engines_on_sync``), partial rollouts on or off,
@@ -26,6 +27,7 @@ import math
 import numpy as np
 
 from . import compiled_loop as L
+from .trainer import Trainer
 from .trainer_time import TrainerClock
 from .training import _BLOCK, draw_block
 from .training_results import CAUSES, LoopResults, StepRecord
@@ -61,6 +63,7 @@ class CompiledTraining(LoopResults):
         self._token_cum: np.ndarray | None = None
         self._seed, self._rep = cell.scn.seed, cell.rep
         self.trainer = None  # the trainer's generator while it runs
+        self.collecting, self.window_left = False, 0  # sync and one_step_off only
 
     # ------------------------------------------------------------ the arrays the loop shares
     def arrays(self, c: int) -> list[np.ndarray]:
@@ -95,7 +98,7 @@ class CompiledTraining(LoopResults):
         self.rows = run.rows
         self.steps_done = run.rows["steps_done"]  # read by the trainer's clock
         self._bound()
-        self.trainer = self._async()
+        self.trainer = Trainer(self).run()
         self.wake()
 
     # ------------------------------------------------------------ what the loop reads
@@ -156,8 +159,8 @@ class CompiledTraining(LoopResults):
         self.trainer = None
         self.finished = self.now
         self._pull()
-        for g in list(self.ready) + self._live().tolist():
-            self._discard(int(g), "end")
+        for g in list(self.ready) + self.live_groups():
+            self.drop(int(g), "end")
         self.g_arr[L.G_BOUND] = -1.0
         self.li[L.L_NEED] = 0
 
@@ -188,7 +191,7 @@ class CompiledTraining(LoopResults):
         v0 = np.where(self.ti[idx, L.T_STARTED] == 1, self.ti[idx, L.T_V0], np.iinfo(np.int64).max)
         return self.version - v0.min(axis=1) <= self.tr.stale_versions
 
-    def _discard(self, g: int, cause: str) -> None:
+    def drop(self, g: int, cause: str) -> None:
         """Drop group ``g``: its finished members' cost goes to ``cause``; the rest are cancelled
         (queued ones never start, running ones stop at their next step's start)."""
         li, state = self.li, self.gs[g, L.GS_STATE]
@@ -202,105 +205,79 @@ class CompiledTraining(LoopResults):
         self.ti[g * self.G : (g + 1) * self.G, L.T_CANCEL] = 1
         li[L.L_CUT] |= 1
 
-    def _gather(self, n: int):
-        """Wait for ``n`` useful ready groups; returns them, or None when the budget ran out."""
-        li = self.li
-        while True:
-            self._pull()
-            if self.ready:
-                ready = np.array(self.ready, dtype=np.int64)
-                for g in ready[~self._fresh(ready)]:
-                    self._discard(int(g), "staleness")
-            if len(self.ready) >= n:  # the first n ready; groups ready at once in prompt order
-                batch = sorted(self.ready, key=lambda g: (self.gf[g, L.GF_READY], g))[:n]
-                for g in batch:
-                    self.ready.remove(g)
-                li[L.L_NREADY] -= n
-                return batch
-            li[L.L_TOPUP] = 1
-            if li[L.L_EXH] and li[L.L_LIVE] == 0 and len(self.ready) < n:
-                return None
-            yield _WAIT, n
+    # ------------------------------------------------------------ the group book (sim.trainer)
+    def ready_groups(self) -> list[int]:
+        self._pull()
+        return list(self.ready)
 
-    def _take(self, batch: list[int]) -> list[int]:
-        """The groups train: their samples' staleness, and whether they crossed a version."""
+    def ready_key(self, g: int) -> tuple[float, int]:
+        return self.gf[g, L.GF_READY], g
+
+    def unready(self, batch: list[int]) -> None:
+        for g in batch:
+            self.ready.remove(g)
+        self.li[L.L_NREADY] -= len(batch)
+
+    def live_groups(self) -> list[int]:
+        return self._live().tolist()
+
+    def drained(self) -> bool:
+        return bool(self.li[L.L_EXH]) and self.li[L.L_LIVE] == 0
+
+    def fresh(self, groups: list[int]) -> list[bool]:
+        return self._fresh(np.asarray(groups, dtype=np.int64)).tolist()
+
+    def train(self, batch: list[int]) -> tuple[list[int], np.ndarray, np.ndarray]:
         G = self.G
         members = [i for g in batch for i in range(g * G, g * G + G)]
         self.gs[batch, L.GS_STATE] = L.TRAINED
         self.li[L.L_TRAINED] += len(batch)
-        v0 = self.ti[members, L.T_V0]
-        lag = self.version - v0
-        self.staleness.extend(lag.tolist())
-        self.trained_members.extend(members)
-        self._stale += int((lag > 0).sum())
-        self._partial += int((self.ti[members, L.T_VEND] > v0).sum())
-        return members
+        return members, self.ti[members, L.T_V0], self.ti[members, L.T_VEND]
 
-    # ------------------------------------------------------------ the trainer
-    def _close(self) -> None:
+    def masked(self, batch: list[int]) -> int:
+        return int(self.gs[batch, L.GS_MASK].sum())
+
+    def mean_end(self, members: list[int]) -> float:
+        return float(self.rows["end"][members].mean())
+
+    def busy_seconds(self) -> float:
+        return math.nan  # the tier's busy time is the step engine's
+
+    def record(self, k: int, start: float, ready: float, t_first: float, t1: float) -> None:
+        """No trace: the compiled engine keeps no spans."""
+
+    def top_up(self) -> None:
+        self.li[L.L_TOPUP] = 1
+
+    def notify(self) -> None:
+        """The compiled loop re-reads the groups when it resumes."""
+
+    @property
+    def gate_closed(self) -> bool:
+        return bool(self.li[L.L_GATE])
+
+    def close(self) -> None:
         """The gate closes: bodies end the step they are in and wait."""
         if not self.li[L.L_GATE]:
             self.li[L.L_GATE] = 1
             self.li[L.L_CUT] |= 2
 
-    def _open(self) -> None:
+    def open(self) -> None:
         if self.li[L.L_GATE]:
             self.li[L.L_GATE] = 0
             self.li[L.L_OPEN] = 1
 
-    def _async(self):
-        tr = self.tr
-        for k in range(tr.steps):
-            if not (yield from self._step(k, self.now)):
-                return
+    def barrier(self) -> None:
+        self.li[L.L_CUT] |= 2
 
-    def _step(self, k: int, start: float):
-        """Step ``k``: its B groups ``mini_batch`` at a time, each update trained as it is ready,
-        the weights synced after every ``sync_every`` steps. False when the budget ran out."""
-        tr = self.tr
-        m = tr.update_groups
-        drawn, sync = self.clock.draws(k)
-        window_end = (k + 1) % tr.sync_every == 0
-        members, train, wait, masked = [], 0.0, 0.0, 0
-        ready = start
-        for _ in range(self.B // m):
-            t = self.now
-            batch = yield from self._gather(m)
-            if batch is None:
-                return False
-            wait += self.now - t
-            ready = self.now
-            piece = self._take(batch)
-            members += piece
-            masked += int(self.gs[batch, L.GS_MASK].sum())
-            secs = self.clock.update(piece, m / self.B, drawn)
-            yield _TIMER, secs  # async trains on its own GPUs (placement: disaggregated)
-            train += secs
-        if window_end:
-            yield from self._sync_weights(sync)
-        else:
-            sync = 0.0
-        mean_end = float(self.rows["end"][members].mean())
-        self.steps.append(StepRecord(start, ready, mean_end, train, sync, self.now, len(members), masked,
-                                     wait, self._stale, self._partial, math.nan))  # fmt: skip
-        self._stale = self._partial = 0
-        return True
-
-    def _sync_weights(self, sync: float):
-        """The engines load the new weights (paused, or generating on); the version goes up."""
-        if self.tr.pause_engines_on_sync:
-            self._close()
-        yield _TIMER, sync
+    def next_version(self) -> None:
         self.li[L.L_VERSION] += 1
         self._bound()
-        if not self.li[L.L_GATE]:  # the bodies count their steps under the new version
-            self.li[L.L_CUT] |= 2
-        self._open()
-        live = self._live()
-        if not self.tr.partial_rollouts:
-            drop = [(g, "weight_update") for g in live]
-        else:
-            drop = [(g, "staleness") for g in live[~self._fresh(live)]]
-        for g, cause in drop:
-            self._discard(int(g), cause)
-        self.li[L.L_TOPUP] = 1
+
+    @staticmethod
+    def wait_groups(n: int) -> tuple[int, int]:
+        return _WAIT, n
+
+    @staticmethod
+    def timer(seconds: float) -> tuple[int, float]:
+        return _TIMER, seconds

@@ -1,9 +1,11 @@
 """The RL training loop on top of one cell: GRPO groups, training steps, weight sync, staleness.
 
-Beside the rollout workers (which run trajectories from a queue) two plain-generator processes
-make the loop: a *collector* that starts groups of ``G`` samples of one prompt and gathers ``B``
-useful groups for a step, and a *trainer* that trains on them and syncs the weights. The policy
-version is explicit: the number of weight syncs done. Modes (docs/model.md, "The training loop"):
+Beside the rollout workers (which run trajectories from a queue) the loop keeps its groups of
+``G`` samples of one prompt (started, ready, discarded, trained) and the policy version, the
+number of weight syncs done. The trainer that gathers ``B`` useful groups a step, trains on them
+and syncs the weights is :class:`simrollout.sim.trainer.Trainer`, run as a SimPy process;
+:class:`TrainingLoop` is its group book over SimPy events. Modes (docs/model.md, "The training
+loop"):
 
 - ``sync``: collect a step's groups, train, sync, and only then start the next step's groups;
 - ``one_step_off``: collecting step k+1 overlaps training step k (samples lag by one version);
@@ -24,6 +26,7 @@ from ..rng import stream
 from ..scenario import Training
 from .loop_body import LoopBodies
 from .records import OK, Row
+from .trainer import Trainer
 from .trainer_time import TrainerClock
 from .training_results import CAUSES, Group, LoopResults, StepRecord
 from .workload_draws import CHUNK
@@ -58,7 +61,6 @@ class TrainingLoop(LoopResults):
         self.exhausted = False  # the trajectory budget ran out
         self.v0 = np.zeros(self.n, dtype=np.int32)  # version a trajectory started under
         self.v_end = np.zeros(self.n, dtype=np.int32)  # version when it ended
-        self._stale = self._partial = 0  # this step's trained samples: stale, crossed a version
         self.window_left = 0  # sync: groups still to gather until the next weight sync
         self.clock = TrainerClock(self)
         self.started = np.zeros(self.n, dtype=bool)
@@ -112,7 +114,7 @@ class TrainingLoop(LoopResults):
         """The trajectory budget ran out: say so once to whoever waits for groups."""
         if not self.exhausted:
             self.exhausted = True
-            self._notify()
+            self.notify()
 
     def _index(self, g: int) -> int | None:
         if self.next_index >= self.n:
@@ -142,10 +144,7 @@ class TrainingLoop(LoopResults):
             self._submit(i)
         return True
 
-    def _live(self) -> list[Group]:
-        return list(self.live.values())
-
-    def _top_up(self) -> None:
+    def top_up(self) -> None:
         """Keep enough groups going for the step being collected (sync, one_step_off) or admit
         as many as the staleness bound and the rollout slots allow (async)."""
         tr = self.tr
@@ -186,7 +185,7 @@ class TrainingLoop(LoopResults):
             if cell.progress is not None and cell._done % 4096 == 0:
                 cell.progress(4096)
             if self.tr.mode == "async":
-                self._top_up()
+                self.top_up()
 
     def _resumed(self, i: int) -> None:
         """Trajectory ``i``'s interrupted turn resumes under the current version."""
@@ -215,8 +214,8 @@ class TrainingLoop(LoopResults):
                     self._submit(j)
                     return
             if self.tr.on_failure != "mask":
-                self._discard(grp, "failures")
-                self._top_up()
+                self.drop(grp, "failures")
+                self.top_up()
                 return
             grp.masked.append(i)
         grp.left -= 1
@@ -231,16 +230,16 @@ class TrainingLoop(LoopResults):
             rewards = [i not in grp.masked and self._block("reward", i) < p for i in grp.members]
             if all(rewards) or not any(rewards):
                 self.filtered += 1
-                self._discard(grp, "filter")
-                self._top_up()
+                self.drop(grp, "filter")
+                self.top_up()
                 return
             self.passed += 1
         grp.state, grp.ready_at = "ready", self.env.now
         del self.live[grp.g]
         self.ready.append(grp)
-        self._notify()
+        self.notify()
 
-    def _discard(self, grp: Group, cause: str) -> None:
+    def drop(self, grp: Group, cause: str) -> None:
         """Drop a group: its finished samples' cost goes to ``cause``; members still running or
         queued are cancelled (stopped at their next step, their sandboxes torn down)."""
         if grp.state == "ready":
@@ -251,200 +250,121 @@ class TrainingLoop(LoopResults):
         self.cell.cancelled.update(grp.members)
         if self.bodies is not None:
             self.bodies.cancel(grp.members)
-        self._notify()
+        self.notify()
 
-    def _notify(self) -> None:
+    def notify(self) -> None:
         if not self.changed.triggered:
             self.changed.succeed()
         self.changed = self.env.event()
 
-    # ------------------------------------------------------------ collecting and training
-    def _fresh(self, grp: Group) -> bool:
-        """The group may still train at the current version: in async mode, none of its started
-        members lags the policy by more than the bound (a ready group has them all started)."""
+    # ------------------------------------------------------------ the group book (sim.trainer)
+    def fresh(self, groups: list[Group]) -> list[bool]:
+        """Which ``groups`` may still train at the current version: in async mode, none of their
+        started members lags the policy by more than the bound (a ready group has them all started)."""
         if self.tr.mode != "async" or self.tr.stale_policy == "keep":
-            return True
-        started = self.v0[grp.members][self.started[grp.members]]
-        return not started.size or self.version - int(started.min()) <= self.tr.stale_versions
+            return [True] * len(groups)
+        out = []
+        for grp in groups:
+            started = self.v0[grp.members][self.started[grp.members]]
+            out.append(not started.size or self.version - int(started.min()) <= self.tr.stale_versions)
+        return out
 
-    def _gather(self, n: int):
-        """Wait for ``n`` useful ready groups; returns them, or None when the budget ran out."""
-        while True:
-            for grp in [x for x in self.ready if not self._fresh(x)]:
-                self._discard(grp, "staleness")
-            if len(self.ready) >= n:  # the first n ready; groups ready at once in prompt order
-                batch = sorted(self.ready, key=lambda x: (x.ready_at, x.g))[:n]
-                for grp in batch:
-                    self.ready.remove(grp)
-                return batch
-            self._top_up()
-            if self.exhausted and not self._live() and len(self.ready) < n:
-                return None
-            yield self.changed
+    @property
+    def now(self) -> float:
+        return self.env.now
 
-    def _leftovers(self) -> None:
-        """After a step's groups are gathered (sync, one_step_off): the rest are cancelled, or
-        carried to the next step."""
-        if self.tr.leftover == "cancel":
-            for grp in list(self.ready) + self._live():
-                self._discard(grp, "over_sampling")
+    @property
+    def gate_closed(self) -> bool:
+        return self.gate is not None
 
-    def _take(self, batch: list[Group]) -> list[int]:
-        """The groups train: their samples' staleness, and whether they crossed a version."""
+    def ready_groups(self) -> list[Group]:
+        return list(self.ready)
+
+    @staticmethod
+    def ready_key(grp: Group) -> tuple[float, int]:
+        return grp.ready_at, grp.g
+
+    def unready(self, batch: list[Group]) -> None:
+        for grp in batch:
+            self.ready.remove(grp)
+
+    def live_groups(self) -> list[Group]:
+        return list(self.live.values())
+
+    def drained(self) -> bool:
+        return self.exhausted and not self.live
+
+    def train(self, batch: list[Group]) -> tuple[list[int], np.ndarray, np.ndarray]:
         members = [i for grp in batch for i in grp.members]
         for grp in batch:
             grp.state = "trained"
             self.trained_groups += 1
             self.groups.pop(grp.g)
-        lag = self.version - self.v0[members]
-        self.staleness.extend(lag.tolist())
-        self.trained_members.extend(members)
-        self._stale += int((lag > 0).sum())
-        self._partial += int((self.v_end[members] > self.v0[members]).sum())
-        return members
+        return members, self.v0[members], self.v_end[members]
 
-    def _step(self, k: int, start: float, first: list[Group] | None = None):
-        """Step ``k``: gather its B groups ``mini_batch`` at a time (``first``: gathered already),
-        train each as it is ready, and sync the weights after every ``sync_every`` steps.
-        Returns False when the budget ran out."""
-        env, tr = self.env, self.tr
-        m = tr.update_groups
-        drawn, sync = self.clock.draws(k)
-        window_end = (k + 1) % tr.sync_every == 0
-        members, train, wait, masked, t_first = [], 0.0, 0.0, 0, None
-        ready = start
-        for j in range(self.B // m):
-            t = env.now
-            batch = first if first is not None else (yield from self._gather(m))
-            if batch is None:
-                return False
-            wait += env.now - (start if first is not None else t)  # one_step_off: since the last step
-            ready = env.now
-            if tr.mode == "sync" and self.collecting:
-                self.window_left -= m
-                if window_end and j == self.B // m - 1:  # the window's groups are all gathered
-                    self.collecting = False
-                    self._leftovers()
-            piece = self._take(batch)
-            members += piece
-            masked += sum(len(grp.masked) for grp in batch)
-            secs = self.clock.update(piece, m / self.B, drawn)
-            if tr.placement == "colocated":
-                self._close()
-            t_first = env.now if t_first is None else t_first
-            yield env.timeout(secs)
-            train += secs
-            if tr.placement == "colocated" and not (window_end and j == self.B // m - 1):
-                self._open()  # generation resumes between updates
-        t1 = env.now
-        if window_end:
-            yield from self._sync_weights(sync)
-        else:
-            sync = 0.0
-        mean_end = float(self.end[members].mean())
-        busy = self.cell.tier.busy_seconds if self.cell.step else math.nan
-        self.steps.append(StepRecord(start, ready, mean_end, train, sync, env.now, len(members), masked,
-                                     wait, self._stale, self._partial, busy))  # fmt: skip
-        self._stale = self._partial = 0
+    @staticmethod
+    def masked(batch: list[Group]) -> int:
+        return sum(len(grp.masked) for grp in batch)
+
+    def mean_end(self, members: list[int]) -> float:
+        return float(self.end[members].mean())
+
+    def busy_seconds(self) -> float:
+        return self.cell.tier.busy_seconds if self.cell.step else math.nan
+
+    def record(self, k: int, start: float, ready: float, t_first: float, t1: float) -> None:
         if self.trace is not None:
-            self._trace_step(k, start, ready, t_first, t1, env.now)
-        return True
+            self._trace_step(k, start, ready, t_first, t1, self.env.now)
 
-    def _sync_weights(self, sync: float):
-        """Load the new weights into the engines; the version goes up."""
-        env, tr = self.env, self.tr
-        if not tr.partial_rollouts and tr.mode == "one_step_off" and self.collecting:
-            # no trajectory mixes versions: the sync waits until the batch in generation is gathered
-            while self.collecting:
-                yield self.changed
-        if self.gate is None and tr.pause_engines_on_sync:  # disaggregated: the engines load the weights
-            self._close()
-        if tr.at_sync == "interrupt":  # requests still generating stop; cached KV is stale
-            ev, self.abort_ev = self.abort_ev, env.event()
-            ev.succeed()
-            if hasattr(self.cell.tier, "clear_prefix_cache"):
-                self.cell.tier.clear_prefix_cache()
-        yield env.timeout(sync)
-        self.version += 1
-        if self.gate is None and self.bodies is not None:  # the bodies count steps under the new version
-            self.bodies.barrier()
-        self._open()
-        self._after_sync()
-
-    def _open(self) -> None:
+    def open(self) -> None:
         if self.gate is not None:
             self.gate.succeed()
             self.gate = None
 
-    def _close(self) -> None:
+    def close(self) -> None:
         """Close the gate: generation waits for the new weights (bodies stop at their step's end)."""
         if self.gate is not None:
             return
         self.gate = self.env.event()
+        self.barrier()
+
+    def barrier(self) -> None:
         if self.bodies is not None:
             self.bodies.barrier()
 
-    def _after_sync(self) -> None:
-        for grp in self._live():
-            if not self.tr.partial_rollouts and not (self.tr.mode != "async" and self.collecting):
-                self._discard(grp, "weight_update")
-            elif not self._fresh(grp):
-                self._discard(grp, "staleness")
-        self._notify()
-        self._top_up()
+    def next_version(self) -> None:
+        self.version += 1
 
-    # ------------------------------------------------------------ the modes
-    def _sync(self):
-        for k in range(self.tr.steps):
-            start = self.env.now
-            if k % self.tr.sync_every == 0:  # a window's groups start at once (verl's stream mode)
-                self.window_left = self.B * min(self.tr.sync_every, self.tr.steps - k)
-                self.collecting = True
-                self._top_up()
-            if not (yield from self._step(k, start)):
-                return
+    def interrupt(self) -> None:
+        """Requests still generating stop; cached KV is stale."""
+        ev, self.abort_ev = self.abort_ev, self.env.event()
+        ev.succeed()
+        if hasattr(self.cell.tier, "clear_prefix_cache"):
+            self.cell.tier.clear_prefix_cache()
 
-    def _one_step_off(self):
-        batches = simpy.Store(self.env)
-        self.env.process(self._collector(batches))
-        last = self.env.now
-        for k in range(self.tr.steps):
-            item = yield batches.get()
-            if item is None:
-                return
-            batch, ready = item
-            yield from self._step(k, last, batch)
-            last = self.env.now
+    def wait_groups(self, n: int) -> simpy.Event:
+        return self.changed
 
-    def _collector(self, batches: simpy.Store):
-        for k in range(self.tr.steps):
-            while self.version < k - 1:  # step k generates with the weights of step k - 2 or newer
-                yield self.changed
-            self.window_left = self.B
-            self.collecting = True
-            self._top_up()
-            batch = yield from self._gather(self.B)
-            self.collecting = False
-            if batch is None:
-                yield batches.put(None)
-                return
-            self._leftovers()
-            yield batches.put((batch, self.env.now))
+    def wait_change(self) -> simpy.Event:
+        return self.changed
 
-    def _async(self):
-        for k in range(self.tr.steps):
-            if not (yield from self._step(k, self.env.now)):
-                return
+    def timer(self, seconds: float) -> simpy.Event:
+        return self.env.timeout(seconds)
+
+    def channel(self) -> simpy.Store:
+        return simpy.Store(self.env)
+
+    def spawn(self, gen) -> None:
+        self.env.process(gen)
 
     def run(self):
         """The loop as one process: workers, then the mode's collector and trainer."""
         cell = self.cell
         workers = [self.env.process(self._worker()) for _ in range(cell.concurrency)]
-        mode = {"sync": self._sync, "one_step_off": self._one_step_off, "async": self._async}
-        yield self.env.process(mode[self.tr.mode]())
+        yield self.env.process(Trainer(self).run())
         self.finished = self.env.now
-        for grp in list(self.ready) + self._live():
-            self._discard(grp, "end")
+        for grp in list(self.ready) + self.live_groups():
+            self.drop(grp, "end")
         for _ in workers:
             self.queue.put(None)
         yield self.env.all_of(workers)
