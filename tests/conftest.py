@@ -1,6 +1,9 @@
 import copy
+import os
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +114,68 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("docker") or any(f in getattr(item, "fixturenames", ()) for f in SERVICES):
             item.add_marker(pytest.mark.slow)
+
+
+# CPU time per test (this process's and its finished children's): unlike wall time it barely grows
+# when other work loads the machine, so it decides what the quick tier may hold.
+QUICK_CPU_S = 2.0  # a test over this, measured on an idle machine, is marked slow
+BUDGET_FACTOR = 5  # an unmarked test fails past QUICK_CPU_S x this (SIMROLLOUT_TEST_BUDGET=1, or CI)
+_COMPILE_S = [0.0]  # numba compilation, charged to nobody: a cold cache pays it once per session
+
+
+def _cpu_seconds() -> float:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def _budget_on() -> bool:
+    return os.environ.get("SIMROLLOUT_TEST_BUDGET", "") not in ("", "0") or os.environ.get("CI") == "true"
+
+
+def pytest_configure(config):
+    if not (_budget_on() or os.environ.get("SIMROLLOUT_TEST_TIMES")):
+        return
+    from numba.core import event
+
+    class _CompileTime(event.Listener):  # compiles nest (a function compiles its callees)
+        depth, t0 = 0, 0.0
+
+        def on_start(self, ev):
+            self.depth += 1
+            if self.depth == 1:
+                self.t0 = time.process_time()
+
+        def on_end(self, ev):
+            self.depth -= 1
+            if self.depth == 0:
+                _COMPILE_S[0] += time.process_time() - self.t0
+
+    event.register("numba:compile", _CompileTime())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item._cpu0, item._compile0 = _cpu_seconds(), _COMPILE_S[0]
+    yield
+    times = os.environ.get("SIMROLLOUT_TEST_TIMES")
+    if times:
+        with open(times, "a") as f:
+            f.write(f"{item.nodeid}\t{getattr(item, '_cpu_s', 0.0):.3f}\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The test's CPU seconds through setup and call (numba compiling excluded); with the budget on,
+    an unmarked test past ``QUICK_CPU_S x BUDGET_FACTOR`` fails: mark it slow or make it cheaper."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.when != "call":
+        return
+    item._cpu_s = _cpu_seconds() - item._cpu0 - (_COMPILE_S[0] - item._compile0)
+    limit = QUICK_CPU_S * BUDGET_FACTOR
+    if _budget_on() and report.passed and not item.get_closest_marker("slow") and item._cpu_s > limit:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {item._cpu_s:.1f} s of CPU, past the quick tier's budget of {limit:.0f} s "
+            f"({QUICK_CPU_S:.0f} s x {BUDGET_FACTOR}): mark it @pytest.mark.slow or make it cheaper"
+        )
