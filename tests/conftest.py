@@ -119,7 +119,7 @@ def pytest_collection_modifyitems(config, items):
 # CPU time per test (this process's and its finished children's): unlike wall time it barely grows
 # when other work loads the machine, so it decides what the quick tier may hold.
 QUICK_CPU_S = 2.0  # a test over this, measured on an idle machine, is marked slow
-BUDGET_FACTOR = 5  # an unmarked test fails past QUICK_CPU_S x this (SIMROLLOUT_TEST_BUDGET=1, or CI)
+BUDGET_FACTOR = 5  # in CI an unmarked test fails past QUICK_CPU_S x this (load alone cannot reach it)
 _COMPILE_S = [0.0]  # numba compilation, charged to nobody: a cold cache pays it once per session
 
 
@@ -128,12 +128,38 @@ def _cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
+def _budget() -> float | None:
+    """CPU seconds an unmarked test may take: ``SIMROLLOUT_TEST_BUDGET`` (seconds), else in CI
+    ``QUICK_CPU_S x BUDGET_FACTOR``; None: no check."""
+    given = os.environ.get("SIMROLLOUT_TEST_BUDGET", "")
+    if given not in ("", "0"):
+        return float(given)
+    return QUICK_CPU_S * BUDGET_FACTOR if os.environ.get("CI") == "true" else None
+
+
 def _budget_on() -> bool:
-    return os.environ.get("SIMROLLOUT_TEST_BUDGET", "") not in ("", "0") or os.environ.get("CI") == "true"
+    return _budget() is not None
 
 
-def pytest_configure(config):
-    if not (_budget_on() or os.environ.get("SIMROLLOUT_TEST_TIMES")):
+WARM_UP = (
+    "from simrollout.run.executors import run_scenario; from simrollout.scenario import scenario_from_dict; "
+    "from simrollout.validation.fidelity import Row, build; "
+    "run_scenario(scenario_from_dict({**build(Row('async', 'host', 'timeouts'), 200, 5, 16), "
+    "'fidelity': 'compiled'}), jobs=1, keep_records=False)"
+)
+
+
+def pytest_sessionstart(session):
+    """With the budget on, the compiled engine is compiled (or loaded from numba's cache) before the
+    first test, in a process of its own: a test's subprocesses, whose compiling the listener below
+    cannot see, then load it like any run after the first."""
+    if _budget_on() and os.environ.get("SIMROLLOUT_TEST_WARM", "1") != "0":
+        subprocess.run([sys.executable, "-c", WARM_UP], check=True, capture_output=True)
+
+
+def pytest_collection_finish(session):
+    """numba's compiling timed once the test modules have imported it (nothing to time otherwise)."""
+    if "numba" not in sys.modules or not (_budget_on() or os.environ.get("SIMROLLOUT_TEST_TIMES")):
         return
     from numba.core import event
 
@@ -165,17 +191,17 @@ def pytest_runtest_protocol(item, nextitem):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """The test's CPU seconds through setup and call (numba compiling excluded); with the budget on,
-    an unmarked test past ``QUICK_CPU_S x BUDGET_FACTOR`` fails: mark it slow or make it cheaper."""
+    """The test's CPU seconds through setup and call (numba compiling excluded); with a budget, an
+    unmarked test past it fails: mark it slow or make it cheaper."""
     outcome = yield
     report = outcome.get_result()
     if call.when != "call":
         return
     item._cpu_s = _cpu_seconds() - item._cpu0 - (_COMPILE_S[0] - item._compile0)
-    limit = QUICK_CPU_S * BUDGET_FACTOR
-    if _budget_on() and report.passed and not item.get_closest_marker("slow") and item._cpu_s > limit:
+    limit = _budget()
+    if limit is not None and report.passed and not item.get_closest_marker("slow") and item._cpu_s > limit:
         report.outcome = "failed"
         report.longrepr = (
-            f"{item.nodeid} took {item._cpu_s:.1f} s of CPU, past the quick tier's budget of {limit:.0f} s "
-            f"({QUICK_CPU_S:.0f} s x {BUDGET_FACTOR}): mark it @pytest.mark.slow or make it cheaper"
+            f"{item.nodeid} took {item._cpu_s:.2f} s of CPU, past the quick tier's budget of {limit:g} s "
+            f"(a test over about {QUICK_CPU_S:g} s is marked slow): mark it @pytest.mark.slow or make it cheaper"
         )

@@ -233,6 +233,7 @@ def test_a_cell_run_again_reuses_its_serving_pilot_and_gives_the_same_numbers(mo
     assert len(runs) == 2  # another slice (here its seed) runs its own
 
 
+@pytest.mark.slow
 def test_pilots_run_beside_the_workload_draw_give_the_cells_numbers_run_alone(monkeypatch):
     """Local workers run every cell's pilot while the workload's chunks are drawn, before the cells
     (which then find them): the same numbers as cells that run their own pilots one by one."""
