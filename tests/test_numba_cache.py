@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -62,6 +64,7 @@ def test_an_empty_cache_says_it_compiles(tmp_path):
     assert str(tmp_path) in out.stderr and "once per install" in out.stderr
 
 
+@pytest.mark.slow
 def test_a_filled_cache_says_nothing(tmp_path):
     from simrollout.sim import compiled_loop as L
 
