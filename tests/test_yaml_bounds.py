@@ -26,6 +26,7 @@ def _run(*args) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # a command in a subprocess: about 3 s of CPU, its imports
 @pytest.mark.parametrize("where", ["scenario", "profile"])
 def test_alias_bomb_refused_naming_the_file(tmp_path, where):
     scn = make()
