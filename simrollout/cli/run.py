@@ -39,12 +39,13 @@ def run(
     ),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
+    from ..scenario import load_scenario
+
+    scn = load_scenario(scenario)  # first: bad input is refused before the engines are imported
     from ..api import override
     from ..run.executors import run_scenario
     from ..run.report import print_table, write_results
-    from ..scenario import load_scenario
 
-    scn = load_scenario(scenario)
     over = {k: v for k, v in {"seed": seed, "fidelity": fidelity}.items() if v is not None}
     if over:
         scn = override(scn, over)
