@@ -60,7 +60,7 @@ SAY = "from simrollout.sim import compiled; compiled._say_if_compiling()"
 
 def test_an_empty_cache_says_it_compiles(tmp_path):
     out = _python(SAY, NUMBA_CACHE_DIR=str(tmp_path))
-    assert "compiling the compiled engine" in out.stderr
+    assert "compiling the event loop" in out.stderr
     assert str(tmp_path) in out.stderr and "once per install" in out.stderr
 
 

@@ -37,10 +37,10 @@ FIRST_COMPILE_CPU_S = 64  # measured: the loop's first compile, 64 s of CPU on 2
 def _say_if_compiling() -> None:
     """One line on stderr when numba's cache holds no compiled loop yet (a fresh install): the
     first run compiles it, once, into the user's cache folder (:mod:`simrollout.numba_cache`)."""
-    index = getattr(getattr(L.run._cache, "_cache_file", None), "_index_path", None)
-    if index is None or not os.path.exists(index):
+    index = getattr(getattr(L.run._cache, "_cache_file", None), "_index_path", None)  # None: no cache
+    if index is not None and not os.path.exists(index):
         sys.stderr.write(
-            f"compiling the compiled engine (numba), once per install: about {FIRST_COMPILE_CPU_S} s of CPU; "
+            f"compiling the event loop (numba), once per install: about {FIRST_COMPILE_CPU_S} s of CPU; "
             f"later runs load it from {os.environ.get('NUMBA_CACHE_DIR', 'the cache')}\n"
         )
         sys.stderr.flush()
