@@ -6,9 +6,12 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
-from pydantic import ValidationError
+
+if TYPE_CHECKING:  # pydantic is imported by what validates, not by every command's start
+    from pydantic import ValidationError
 
 
 class InputError(Exception):

@@ -102,3 +102,22 @@ def test_every_option_gives_its_default_and_unit(command, option):
     tp = option.type_descriptor.annotation
     if {int, float} & {tp, *get_args(tp)}:
         assert UNITS.search(help_), f"{command} {option.opts[0]}: no unit in {help_!r}"
+
+
+HEAVY = ("numpy", "scipy", "pandas", "numba", "pyarrow", "matplotlib")
+
+
+def test_help_starts_without_the_numeric_stack():
+    """``simrollout --help`` (and a verb's) imports none of the libraries the simulation needs:
+    each verb imports them when it runs, so the command answers in a fraction of a second."""
+    for argv in (["--help"], ["run", "--help"], ["validate", "suite", "--help"]):
+        got = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "simrollout.cli", *argv],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert got.returncode == 0 and "Usage" in got.stdout
+        imported = {line.rsplit("|", 1)[-1].strip() for line in got.stderr.splitlines() if "|" in line}
+        assert "simrollout.cli.run" in imported  # the reading works: every verb's module is there
+        assert not imported & set(HEAVY), sorted(imported & set(HEAVY))

@@ -73,11 +73,13 @@ def test_bad_scenario_gets_one_paragraph_and_exit_2(tmp_path, case):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_missing_file(tmp_path):
     r = cli("run", str(tmp_path / "nope.yaml"))
     assert r.returncode == 2 and "file not found" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_malformed_yaml_names_the_line(tmp_path):
     p = write(tmp_path, "version: 1\nworkload: {trajectories: 3\nsubstrates: []\n")
     r = cli("run", str(p))
@@ -86,6 +88,7 @@ def test_malformed_yaml_names_the_line(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_missing_profile_is_an_input_error(tmp_path):
     d = make()
     d["substrates"] = [{"profile": "no/such.yaml"}]

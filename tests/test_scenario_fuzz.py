@@ -106,6 +106,7 @@ NUMBERS = st.one_of(st.integers(1, 30), st.floats(0.5, 30.0))
 PLAUSIBLE = st.one_of(NUMBERS, NUMBERS, NUMBERS, st.sampled_from(["sync", "async", "carry", True]), JUNK)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(["small", "training"]),
        st.lists(st.tuples(st.integers(0, 10**6), PLAUSIBLE), min_size=1, max_size=2))  # fmt: skip

@@ -20,8 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import SubstrateError
 from .backends import Backend
 
@@ -122,6 +120,8 @@ class ProbePlan:
         """The waits before each of sandbox ``idx``'s commands at ``level``."""
         if self.think_draw == "fixed" or not self.think:
             return [self.think] * self.commands
+        import numpy as np  # here, not at module level: ``simrollout --help`` starts without numpy
+
         rng = np.random.default_rng((self.seed, level, idx))
         return rng.exponential(self.think, self.commands).round(6).tolist()
 
@@ -136,6 +136,8 @@ class ProbePlan:
         main = [(c, self.count(c), None) for c in self.levels]
         if not self.reference:
             return main
+        import numpy as np
+
         ref_levels = list(dict.fromkeys((self.levels[0], max(self.levels))))
         parts = np.array_split(np.arange(len(main)), self.middle + 1)
         size = {c: self.reference if c == self.levels[0] else max(self.reference, c) for c in ref_levels}

@@ -48,15 +48,16 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
+    from ..scenario import load_scenario
+
+    mode = output_mode(fmt, quiet)  # a bad --format refused before anything is read
+    scn = load_scenario(scenario)  # first: bad input is refused before the engines are imported
     from ..api import override
     from ..run.executors import run_scenario
     from ..run.report import print_table, summary_csv, summary_json, write_results
     from ..run.step_names import check
-    from ..scenario import load_scenario
 
     check(names)
-    mode = output_mode(fmt, quiet)
-    scn = load_scenario(scenario)
     over = {k: v for k, v in {"seed": seed, "fidelity": fidelity}.items() if v is not None}
     if over:
         scn = override(scn, over)

@@ -13,8 +13,6 @@ from pathlib import Path
 import typer
 
 from ..errors import InputError
-from ..validation import suite_report
-from ..validation.suite import DEFAULT_BOOTSTRAP, HeldOutCell, SuitePlan, rows_table, run_suite
 from .options import _json_option
 from .validate import validate_app
 
@@ -56,6 +54,9 @@ def run_suite_command(
     refit: bool = False,
     echo: Callable[[str], None] = print,
 ) -> None:
+    from ..validation import suite_report
+    from ..validation.suite import DEFAULT_BOOTSTRAP, HeldOutCell, SuitePlan, rows_table, run_suite
+
     if repeats < 3:
         raise InputError(
             f"--repeats: expected at least 3 real repeats per cell (a t-interval over "
@@ -143,7 +144,8 @@ def _refit(record: Path, target, known: list, bootstrap: int | None, notes, echo
     """``--refit``: every cell of the target's recorded suite fitted and simulated again from its
     own probe blocks and real runs (nothing real run); the real side, its schedule and its
     command are the record's, the simulated side this checkout's."""
-    from ..validation.suite import refit_cell
+    from ..validation import suite_report
+    from ..validation.suite import HeldOutCell, SuitePlan, refit_cell, rows_table
 
     data = suite_report.read_suite(record / "suite.json")
     old = data["targets"].get(target.name)

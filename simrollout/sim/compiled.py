@@ -16,6 +16,8 @@ without its steady-state sampling.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 
 import numba
@@ -29,6 +31,19 @@ from .records import Records, row_table
 from .workload_draws import CHUNK
 
 COMPILE = {"seconds": None}  # the first run's compile (or cache load) time in this process
+FIRST_COMPILE_CPU_S = 64  # measured: the loop's first compile, 64 s of CPU on 2 cores (docs/performance.md)
+
+
+def _say_if_compiling() -> None:
+    """One line on stderr when numba's cache holds no compiled loop yet (a fresh install): the
+    first run compiles it, once, into the user's cache folder (:mod:`simrollout.numba_cache`)."""
+    index = getattr(getattr(L.run._cache, "_cache_file", None), "_index_path", None)  # None: no cache
+    if index is not None and not os.path.exists(index):
+        sys.stderr.write(
+            f"compiling the event loop (numba), once per install: about {FIRST_COMPILE_CPU_S} s of CPU; "
+            f"later runs load it from {os.environ.get('NUMBA_CACHE_DIR', 'the cache')}\n"
+        )
+        sys.stderr.flush()
 
 
 def _params(cell) -> dict:
@@ -298,6 +313,7 @@ def run_compiled(cell) -> Records | None:
     cell.compile_seconds = 0.0
     if COMPILE["seconds"] is None:  # compiles, or loads numba's cache (cache=True)
         t0 = time.perf_counter()
+        _say_if_compiling()
         sig = (numba.typeof(tuple(run.S)),)
         for f in (L.run, L._push, L._batch):
             f.compile(

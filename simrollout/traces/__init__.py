@@ -8,10 +8,13 @@ import importlib
 import inspect
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from .formats import FORMATS, reader_module, spoken
-from .model import Problems, TraceSet
+
+if TYPE_CHECKING:  # numpy is imported when a trace is read, not at ``simrollout --help``
+    from .model import Problems, TraceSet
 
 __all__ = ["FORMATS", "read_trace"]
 
@@ -36,6 +39,8 @@ def read_trace(
     if tool_latency is not None and not (math.isfinite(tool_latency) and tool_latency >= 0):
         raise InputError(f"--tool-latency: expected seconds >= 0, got {tool_latency!r}.")
     reader = importlib.import_module(f".{reader_module(fmt)}", __name__)
+    from .model import Problems
+
     problems = Problems(on_bad)
     kw = {"tool_latency": tool_latency} if "tool_latency" in inspect.signature(reader.read).parameters else {}
     ts = reader.read([Path(p) for p in paths], problems, tool_map, **kw)

@@ -78,7 +78,7 @@ def test_a_heavy_tail_splits_lower_so_the_cells_stay_a_thousandth_of_the_mean():
     assert NFold(d, tail=1e-6).h > 100 * nf.h
 
 
-@pytest.mark.parametrize("m", [1, 20, 150])
+@pytest.mark.parametrize("m", [1, 20, pytest.param(150, marks=pytest.mark.slow)])
 def test_tool_mixture_sums_match_brute_force_sums(m):
     """Sums of the mixture (its tail drawn per component, above the split) against sums of its
     calls drawn one by one."""

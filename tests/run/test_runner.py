@@ -233,6 +233,7 @@ def test_a_cell_run_again_reuses_its_serving_pilot_and_gives_the_same_numbers(mo
     assert len(runs) == 2  # another slice (here its seed) runs its own
 
 
+@pytest.mark.slow
 def test_pilots_run_beside_the_workload_draw_give_the_cells_numbers_run_alone(monkeypatch):
     """Local workers run every cell's pilot while the workload's chunks are drawn, before the cells
     (which then find them): the same numbers as cells that run their own pilots one by one."""
@@ -257,6 +258,7 @@ def test_pilots_run_beside_the_workload_draw_give_the_cells_numbers_run_alone(mo
     assert both.engine_busy_fraction.gt(0).all()
 
 
+@pytest.mark.slow
 def test_one_compiled_cell_takes_its_workloads_chunks_as_they_are_drawn(monkeypatch):
     """One cell on a local executor: its loop starts once the pilot ran and takes each chunk of
     the workload when it reaches it, the pool still drawing the rest; the same numbers as the

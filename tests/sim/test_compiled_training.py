@@ -26,6 +26,7 @@ def _cell(d: dict, fid: str):
     return summary, rec
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", [Row("async", "host", "train"), Row("async", "none", "train_fraction")],
                          ids=lambda r: r.name)  # fmt: skip
 def test_within_the_training_rows_tolerance_of_the_step_engine(row):

@@ -45,7 +45,9 @@ def test_sums_drawn_at_once_agree_with_the_calls_drawn_one_by_one(row: Row):
 
 
 @pytest.mark.parametrize(
-    "row", [Row("async", "both", "timeouts"), Row("async", "tier")], ids=lambda r: r.name
+    "row",
+    [pytest.param(Row("async", "both", "timeouts"), marks=pytest.mark.slow), Row("async", "tier")],
+    ids=lambda r: r.name,
 )
 def test_tool_sums_drawn_at_once_agree_within_their_sampling_error(row: Row):
     """Tool latency sums drawn at once (the calls of a body near its deadline drawn too, scaled to

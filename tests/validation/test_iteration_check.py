@@ -79,6 +79,7 @@ def test_iterations_and_pinned_slots_need_an_engine_validation(tmp_path):
     assert not (tmp_path / "p.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_iterations_refuse_an_unreachable_server_and_a_batch_larger_than_the_engine(tmp_path, monkeypatch):
     import pytest
 

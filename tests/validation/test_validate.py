@@ -228,6 +228,7 @@ def test_against_compares_a_recorded_rollout_with_the_given_profile(tmp_path, ro
     assert 2.5 < ratio < 3.5, ratio
 
 
+@pytest.mark.slow
 def test_the_printed_comparison_cuts_no_name_or_figure_short_on_a_narrow_terminal(tmp_path, root):
     import os
     import subprocess

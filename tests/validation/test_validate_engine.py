@@ -124,6 +124,7 @@ def test_the_table_shows_where_a_request_goes_without_targets_for_it():
     assert (table.loc[kept.index].real - kept.real).abs().max() < 1e-9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sitting, probe", [("11", "l"), ("12", "m")])
 def test_the_pinned_sittings_meet_every_target_again_from_their_records(sitting, probe):
     """The held-out records with pinned slots, re-simulated from their profiles: the same

@@ -113,6 +113,7 @@ def test_plan_finds_the_cheapest_configuration_meeting_a_deadline():
     assert none.best is None and none.describe().startswith("No configuration meets")
 
 
+@pytest.mark.slow
 def test_skipping_configurations_out_of_reach_changes_no_figure_of_the_others(monkeypatch):
     """The same plan with every configuration simulated: the skipped ones miss the deadline (their
     projection is over their floor), and the rest, the winner and the check are the same."""

@@ -1,0 +1,75 @@
+"""numba's cache lives in the user's cache folder, never beside the installed source, and a run
+that has to compile says so first."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**clean, "PYTHONPATH": str(ROOT), **env},
+        cwd=ROOT,
+    )
+
+
+WHERE = (
+    "import simrollout, numba, os; from simrollout.sim import compiled_loop as L; "
+    "print(os.environ['NUMBA_CACHE_DIR']); print(numba.config.CACHE_DIR); print(L.run._cache._cache_path)"
+)
+
+
+def test_the_cache_goes_to_the_users_cache_folder(tmp_path):
+    out = _python(WHERE, XDG_CACHE_HOME=str(tmp_path), HOME=str(tmp_path / "home"))
+    env_dir, config_dir, loop_dir = out.stdout.split()
+    assert env_dir == config_dir == str(tmp_path / "simrollout" / "numba")
+    assert Path(loop_dir).is_relative_to(tmp_path / "simrollout" / "numba")
+    assert not Path(loop_dir).is_relative_to(ROOT / "simrollout")
+
+
+def test_without_xdg_the_cache_is_under_home(tmp_path):
+    out = _python(WHERE, HOME=str(tmp_path))
+    assert out.stdout.split()[0] == str(tmp_path / ".cache" / "simrollout" / "numba")
+
+
+def test_a_users_numba_cache_dir_is_kept(tmp_path):
+    out = _python(WHERE, NUMBA_CACHE_DIR=str(tmp_path / "mine"), XDG_CACHE_HOME=str(tmp_path))
+    assert out.stdout.split()[:2] == [str(tmp_path / "mine")] * 2
+
+
+def test_numba_imported_first_still_gets_the_folder(tmp_path):
+    code = "import numba; " + WHERE
+    env_dir, config_dir, loop_dir = _python(code, XDG_CACHE_HOME=str(tmp_path)).stdout.split()
+    assert config_dir == env_dir == str(tmp_path / "simrollout" / "numba")
+    assert Path(loop_dir).is_relative_to(tmp_path)
+
+
+SAY = "from simrollout.sim import compiled; compiled._say_if_compiling()"
+
+
+def test_an_empty_cache_says_it_compiles(tmp_path):
+    out = _python(SAY, NUMBA_CACHE_DIR=str(tmp_path))
+    assert "compiling the event loop" in out.stderr
+    assert str(tmp_path) in out.stderr and "once per install" in out.stderr
+
+
+@pytest.mark.slow
+def test_a_filled_cache_says_nothing(tmp_path):
+    from simrollout.sim import compiled_loop as L
+
+    index = Path(L.run._cache._cache_file._index_path)
+    rel = index.relative_to(os.environ["NUMBA_CACHE_DIR"])
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).write_bytes(b"")  # the index numba writes beside a compiled function
+    assert _python(SAY, NUMBA_CACHE_DIR=str(tmp_path)).stderr == ""
