@@ -20,9 +20,13 @@ OUTPUTS = {"-o", "--out", "--timeline", "--record"}  # options naming what a com
 USERS_OWN = {"scenarios/mine.yaml", "round_trace.jsonl"}  # files the text asks the user to make
 
 
+SHELL = {"|", ">", ">>", "2>", "2>&1", "<"}  # what the shell does with a command's streams
+
+
 def commands(doc: str) -> list[tuple[str, list[str]]]:
     """``(doc:line, argv)`` of every ``simrollout`` command in the ```bash blocks of ``doc``
-    (continued lines joined, ``&&`` chains split, comments dropped)."""
+    (continued lines joined, ``&&`` chains split, comments and the shell's redirections and pipes
+    dropped)."""
     text = (ROOT / doc).read_text()
     out = []
     for block in re.finditer(r"```bash\n(.*?)```", text, re.S):
@@ -30,6 +34,8 @@ def commands(doc: str) -> list[tuple[str, list[str]]]:
         for chunk in block.group(1).replace("\\\n", " ").splitlines():
             for part in re.split(r"\s&&\s", chunk):
                 argv = shlex.split(part, comments=True)
+                cut = [i for i, a in enumerate(argv) if a in SHELL or a.startswith((">", "2>"))]
+                argv = argv[: cut[0]] if cut else argv
                 if argv and argv[0] == "simrollout":
                     out.append((f"{doc}:{line}", argv[1:]))
     return out

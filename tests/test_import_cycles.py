@@ -131,7 +131,7 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path
 # the pipeline's stages, in order (docs/extending.md); the package's own modules below them all, and
 # its front doors (the package, its Python API and the CLI) above them all
 STAGES = (
-    ("errors", "rng", "redact", "outputs"),
+    ("errors", "rng", "redact", "outputs", "numba_cache"),
     ("distributions",),
     ("scenario", "traces"),
     ("calibration",),
