@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import re
+import typing
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 
 class InputError(Exception):
@@ -192,12 +194,18 @@ def explain(
         where = f"field '{dotted}'" + (f" (line {line})" if line else "")
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown field; check its spelling against the documented fields"
+            guess = did_you_mean(err["loc"][-1], _fields_at(exc.title, err["loc"][:-1]))
+            msg = f"unknown field; {guess or 'check its spelling against the documented fields'}"
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "union_tag_invalid":
             kinds = sorted(k for k in _DIST_KINDS if not k.startswith("function"))
-            msg = f"unknown distribution kind; expected one of {kinds}"
+            guess = did_you_mean(err.get("ctx", {}).get("tag"), kinds)
+            msg = f"unknown distribution kind{' (' + guess + ')' if guess else ''}; expected one of {kinds}"
+        elif err["type"] in ("literal_error", "enum") and isinstance(err.get("input"), str):
+            allowed = re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected", ""))
+            guess = did_you_mean(err["input"], allowed)
+            msg += f" (got {err['input']!r}{'; ' + guess if guess else ''})"
         else:
             got = err.get("input")
             if got is not None and not isinstance(got, dict | list):
@@ -207,4 +215,67 @@ def explain(
             break
     more = len({_clean_loc(e["loc"]) for e in exc.errors()}) - len(parts)
     tail = f"; and {more} more" if more > 0 else ""
-    return InputError(f"{path}: invalid input. " + "; ".join(parts) + tail + ".")
+    text = "; ".join(parts) + tail
+    return InputError(f"{path}: invalid input. {text}" + ("" if text.endswith("?") else "."))
+
+
+def did_you_mean(name: object, allowed: Sequence[str]) -> str | None:
+    """``did you mean 'x'?`` for the allowed name closest to ``name`` (difflib), or None."""
+    if not isinstance(name, str):
+        return None
+    close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close and close[0] != name else None
+
+
+def _models_named(title: str) -> list[type[BaseModel]]:
+    """The project's pydantic models called ``title`` (a ValidationError's title names its model)."""
+    todo, found = list(BaseModel.__subclasses__()), []
+    while todo:
+        m = todo.pop()
+        todo.extend(m.__subclasses__())
+        if m.__name__ == title and m.__module__.startswith("simrollout"):
+            found.append(m)
+    return found
+
+
+def _members(tp: object) -> list:
+    """``tp`` with Annotated, Optional and unions taken apart."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _members(typing.get_args(tp)[0])
+    if origin is typing.Union or type(tp).__name__ == "UnionType":
+        return [m for a in typing.get_args(tp) for m in _members(a)]
+    return [tp]
+
+
+def _step(tp: object, part: object) -> list:
+    """The types one location part below ``tp`` (a field of a model, an item of a list or mapping,
+    or ``tp`` itself where the part is a union member's tag)."""
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        for name, f in tp.model_fields.items():
+            if part in (name, f.alias):
+                return [f.annotation]
+        kind = tp.model_fields.get("kind")
+        return [tp] if kind is not None and kind.default == part else []
+    args = typing.get_args(tp)
+    origin = typing.get_origin(tp)
+    if origin in (list, tuple, Sequence, set, frozenset) and isinstance(part, int):
+        return [a for a in args if a is not Ellipsis]
+    if origin in (dict, typing.Mapping) or (isinstance(origin, type) and issubclass(origin, dict)):
+        return list(args[1:2])
+    return []
+
+
+def _fields_at(title: str, loc: tuple) -> list[str]:
+    """The field names a model accepts at ``loc`` under the model called ``title``."""
+    kinds: list = list(_models_named(title))
+    for part in loc:
+        if isinstance(part, str) and ("[" in part or "(" in part):  # pydantic's validator tags
+            continue
+        kinds = [nxt for tp in kinds for m in _members(tp) for nxt in _step(m, part)]
+    names = []
+    for tp in kinds:
+        for m in _members(tp):
+            if isinstance(m, type) and issubclass(m, BaseModel):
+                names += [f.alias or name for name, f in m.model_fields.items()]
+    return list(dict.fromkeys(names))
