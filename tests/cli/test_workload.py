@@ -1,5 +1,6 @@
 """``simrollout workload``: a fit from too few trajectories says so."""
 
+import pytest
 from typer.testing import CliRunner
 
 from simrollout.cli import app
@@ -9,6 +10,7 @@ from tests.conftest import ROOT
 REAL = ROOT / "tests/data/traces/tracelab/sanitized.round_trace.jsonl"  # 2 real sessions
 
 
+@pytest.mark.slow
 def test_a_fit_from_two_real_sessions_warns_of_its_small_sample(tmp_path):
     out = tmp_path / "workload.yaml"
     res = CliRunner().invoke(app, ["workload", "tracelab", str(REAL), "-o", str(out)])
