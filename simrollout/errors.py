@@ -180,7 +180,16 @@ def explain(
     the file that was validated (its fields' paths start there)."""
     parts = []
     seen = set()
-    for err in exc.errors():
+    errors = exc.errors()
+    guessed = {  # a missing field that an unknown one misspells is said once, as the misspelling
+        (*e["loc"][:-1], close)
+        for e in errors
+        if e["type"] == "extra_forbidden"
+        for close in difflib.get_close_matches(str(e["loc"][-1]), _fields_at(exc.title, e["loc"][:-1]), 1)
+    }
+    for err in errors:
+        if err["type"] == "missing" and tuple(err["loc"]) in guessed:
+            continue
         loc = within + _clean_loc(err["loc"])
         if not loc:  # a check across sections names its field first: point at that line
             named = re.match(r"(?:Value error, )?([a-z_]+(?:\.[a-z_0-9]+)+)\b", err["msg"])
@@ -213,7 +222,7 @@ def explain(
         parts.append(f"{where}: {msg}")
         if len(parts) == 4:
             break
-    more = len({_clean_loc(e["loc"]) for e in exc.errors()}) - len(parts)
+    more = len({_clean_loc(e["loc"]) for e in errors if tuple(e["loc"]) not in guessed}) - len(parts)
     tail = f"; and {more} more" if more > 0 else ""
     text = "; ".join(parts) + tail
     return InputError(f"{path}: invalid input. {text}" + ("" if text.endswith("?") else "."))

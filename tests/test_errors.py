@@ -64,3 +64,13 @@ def test_did_you_mean_only_offers_a_close_different_name():
     assert did_you_mean("concurrency", ["concurrency"]) is None
     assert did_you_mean("xyz", ["concurrency"]) is None
     assert did_you_mean(3, ["concurrency"]) is None
+
+
+def test_a_renamed_required_field_is_reported_once_as_the_misspelling():
+    data = make()
+    data["cluster"] = {"concurency": 1}
+    msg = _error(data)
+    assert "field 'cluster.concurency': unknown field; did you mean 'concurrency'?" in msg
+    assert "required field is missing" not in msg and "more" not in msg
+    data["workload"].pop("steps")  # a missing field nothing misspells is still reported
+    assert "field 'workload.steps': required field is missing" in _error(data)

@@ -24,9 +24,10 @@ def describe(scn) -> str:
     inf = scn.cluster.inference
     if inf is not None and scn.workload.tokens is not None:
         engines = f", {inf.engines} serving engines"
+    n = len(scn.substrates)
     return (
         f"{scn.name}: {scn.trajectories:,} trajectories x {scn.workload.steps.mean():,.1f} steps (mean) on "
-        f"{len(scn.substrates)} substrates ({subs}) at concurrency {levels}{reps}{engines}{loop}; "
+        f"{n} substrate{'s' if n > 1 else ''} ({subs}) at concurrency {levels}{reps}{engines}{loop}; "
         f"fidelity {fid} ({why})"
     )
 
