@@ -173,3 +173,26 @@ def test_plan_says_how_often_its_recommendation_stays_the_winner(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "Across 4 refits of the profiles" in res.stdout and "stays the winner in" in res.stdout
     assert "makespan" in res.stdout.split("Across 4 refits")[1]
+
+
+def test_a_shipped_scenario_has_a_profile_band_out_of_the_box():
+    scn = load_scenario(ROOT / "scenarios/docker_local.yaml")
+    [(label, refits)] = uncertainty.refits_of(scn)
+    assert label == "bootstrap B=50" and len(refits) == 50
+    medians = {Substrate.model_validate(r).exec_overhead.ppf(0.5) for r in refits}
+    assert len(medians) > 40  # refits of resamples, not copies of the fit
+
+
+@pytest.mark.slow
+def test_the_shipped_refit_profile_is_what_calibrate_makes_of_the_shipped_probe(tmp_path):
+    out = tmp_path / "docker-local-refits.yaml"
+    proc = cli(
+        "calibrate", ROOT / "calibration/probes/docker-local.jsonl", "--name", "docker-local", "-o", out
+    )
+    assert proc.returncode == 0, proc.stderr
+    made, shipped = (
+        yaml.safe_load(p.read_text()) for p in (out, ROOT / "calibration/profiles/docker-local-refits.yaml")
+    )
+    for doc in (made, shipped):
+        doc["provenance"].pop("date")
+    assert made == shipped
