@@ -175,6 +175,7 @@ def test_plan_says_how_often_its_recommendation_stays_the_winner(tmp_path):
     assert "makespan" in res.stdout.split("Across 4 refits")[1]
 
 
+@pytest.mark.slow
 def test_a_shipped_scenario_has_a_profile_band_out_of_the_box():
     scn = load_scenario(ROOT / "scenarios/docker_local.yaml")
     [(label, refits)] = uncertainty.refits_of(scn)
