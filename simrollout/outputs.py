@@ -96,18 +96,29 @@ def writable_folder(out: Path, what: str = "--out") -> None:
     is a file, or under a file, or under a folder this user cannot write."""
     if out.exists() and not out.is_dir():
         raise InputError(f"{what} {out}: is a file; expected a results folder (existing or new).")
+    _parents_writable(out, what)
+
+
+def writable_file(path: Path, what: str = "--out") -> None:
+    """Refuse, before anything runs, an output file that cannot be written (as :func:`writable_folder`)."""
+    if path.is_dir():
+        raise InputError(f"{what} {path}: is a folder; expected a file (existing or new).")
+    _parents_writable(path, what)
+
+
+def _parents_writable(out: Path, what: str) -> None:
     for parent in (out.parent, *out.parent.parents):
         if not parent.exists() and not parent.is_symlink():
             continue
         if not parent.is_dir():
             raise InputError(
                 f"{what} {out}: cannot be created, because {parent} is a file, not a folder; choose "
-                "a results folder whose parents are folders (or can be made)."
+                "an output whose parents are folders (or can be made)."
             )
         if not os.access(parent, os.W_OK | os.X_OK):
             raise InputError(
                 f"{what} {out}: cannot be created, because this user cannot write in {parent}; "
-                "choose a results folder you can write."
+                "choose an output folder you can write."
             )
         return
 
@@ -158,8 +169,7 @@ def atomic_file(path: Path, what: str = "output"):
     """A temporary file beside ``path`` that replaces it only when the block completes (the
     partial files of writers of ``path`` that died are removed first)."""
     path = Path(path)
-    if path.is_dir():
-        raise InputError(f"{what} {path}: is a folder; expected a file (existing or new).")
+    writable_file(path, what)
     _make_parent(path, what)
     sweep_partials(path.parent, path.name)
     tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")

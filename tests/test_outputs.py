@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from simrollout.errors import InputError
-from simrollout.outputs import atomic_file, atomic_folder, writable_folder
+from simrollout.outputs import atomic_file, atomic_folder, writable_file, writable_folder
 from tests.conftest import ROOT, cli, make
 
 
@@ -135,3 +135,12 @@ def test_a_run_killed_hard_leaves_a_partial_folder_the_next_run_removes(tmp_path
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_an_output_file_under_a_file_is_refused_before_anything_runs(tmp_path):
+    (tmp_path / "plan-file").write_text("")
+    with pytest.raises(
+        InputError, match=r"--out .*plan.csv: cannot be created, because .*plan-file is a file"
+    ):
+        writable_file(tmp_path / "plan-file" / "plan.csv", "--out")
+    writable_file(tmp_path / "new" / "plan.csv", "--out")  # a folder still to make is fine
