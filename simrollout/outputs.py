@@ -4,7 +4,8 @@ A command writes into a hidden ``.<name>.partial-<pid>`` beside its output and r
 place when complete. A command killed outright (SIGKILL, a power cut) cannot remove its own: the
 next command writing to the same place removes those whose process is gone
 (:func:`sweep_partials`), as does ``simrollout cleanup --results DIR`` for a whole tree. A live
-command's partial output is never touched.
+command's partial output is never touched (nor one whose pid a new process took since: it goes
+once that process ends).
 """
 
 from __future__ import annotations
