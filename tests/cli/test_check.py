@@ -90,3 +90,15 @@ def test_a_workload_too_large_for_memory_is_refused_as_run_refuses_it(tmp_path):
     res = _invoke(path)
     assert res.exit_code == 2
     assert "field 'workload.trajectories'" in res.output and "GiB" in res.output
+
+
+def test_a_replayed_trace_is_read_and_a_bad_one_refused(tmp_path):
+    import gzip
+
+    (tmp_path / "traces").mkdir()
+    shutil.copy(ROOT / "scenarios/replay_tracelab.yaml", tmp_path)
+    trace = tmp_path / "traces/tracelab_synthetic.jsonl.gz"
+    trace.write_bytes(gzip.compress(b'{"session_id": "a"}\n'))
+    res = _invoke(tmp_path / "replay_tracelab.yaml")
+    assert res.exit_code == 2
+    assert "tracelab_synthetic.jsonl.gz: line 1: not a TraceLab round_trace row" in res.output
