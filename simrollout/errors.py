@@ -150,11 +150,13 @@ def _clean_loc(loc: tuple) -> tuple:
     return tuple(
         p
         for p in loc
-        if isinstance(p, int) or not ("[" in p or "(" in p or p in _DIST_KINDS or p in _TYPE_TAGS)
+        if isinstance(p, int)
+        or not ("[" in p or "(" in p or p in _DIST_KINDS or p in _TYPE_TAGS or p in _MODEL_KINDS)
     )
 
 
 _TYPE_TAGS = {"float", "int", "str", "bool", "constrained-float", "constrained-int"}
+_MODEL_KINDS = {"linear", "flops", "transfer"}  # the training loop's time models beside the distributions
 
 
 _DIST_KINDS = {
@@ -264,8 +266,9 @@ def _step(tp: object, part: object) -> list:
         for name, f in tp.model_fields.items():
             if part in (name, f.alias):
                 return [f.annotation]
-        kind = tp.model_fields.get("kind")
-        return [tp] if kind is not None and kind.default == part else []
+        kind = tp.model_fields.get("kind")  # a discriminated union's tag, or a smart union's class name
+        tags = {tp.__name__, *(typing.get_args(kind.annotation) if kind is not None else ())}
+        return [tp] if part in tags else []
     args = typing.get_args(tp)
     origin = typing.get_origin(tp)
     if origin in (list, tuple, Sequence, set, frozenset) and isinstance(part, int):
@@ -279,7 +282,7 @@ def _fields_at(title: str, loc: tuple) -> list[str]:
     """The field names a model accepts at ``loc`` under the model called ``title``."""
     kinds: list = list(_models_named(title))
     for part in loc:
-        if isinstance(part, str) and ("[" in part or "(" in part):  # pydantic's validator tags
+        if isinstance(part, str) and ("[" in part or "(" in part or part in _TYPE_TAGS):  # pydantic's tags
             continue
         kinds = [nxt for tp in kinds for m in _members(tp) for nxt in _step(m, part)]
     names = []

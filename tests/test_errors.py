@@ -1,6 +1,7 @@
 """Input errors suggest the closest valid name for a misspelt field, enum value or kind."""
 
 import pytest
+import yaml
 
 from simrollout.errors import InputError, did_you_mean
 from simrollout.scenario import load_scenario, scenario_from_dict
@@ -74,3 +75,12 @@ def test_a_renamed_required_field_is_reported_once_as_the_misspelling():
     assert "required field is missing" not in msg and "more" not in msg
     data["workload"].pop("steps")  # a missing field nothing misspells is still reported
     assert "field 'workload.steps': required field is missing" in _error(data)
+
+
+def test_a_misspelt_field_of_the_training_loops_time_model_is_matched_against_its_kind():
+    path = ROOT / "scenarios/grpo_async.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["training"]["train_time"] = {"kind": "linear", "intercpt": 60, "per_step": 0.04}
+    with pytest.raises(InputError) as exc:
+        scenario_from_dict(data, path)
+    assert "field 'training.train_time.intercpt': unknown field; did you mean 'intercept'?" in str(exc.value)
