@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import re
+import typing
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 if TYPE_CHECKING:  # pydantic is imported by what validates, not by every command's start
-    from pydantic import ValidationError
+    from pydantic import BaseModel, ValidationError
 
 
 class InputError(Exception):
@@ -151,11 +153,13 @@ def _clean_loc(loc: tuple) -> tuple:
     return tuple(
         p
         for p in loc
-        if isinstance(p, int) or not ("[" in p or "(" in p or p in _DIST_KINDS or p in _TYPE_TAGS)
+        if isinstance(p, int)
+        or not ("[" in p or "(" in p or p in _DIST_KINDS or p in _TYPE_TAGS or p in _MODEL_KINDS)
     )
 
 
 _TYPE_TAGS = {"float", "int", "str", "bool", "constrained-float", "constrained-int"}
+_MODEL_KINDS = {"linear", "flops", "transfer"}  # the training loop's time models beside the distributions
 
 
 _DIST_KINDS = {
@@ -181,7 +185,16 @@ def explain(
     the file that was validated (its fields' paths start there)."""
     parts = []
     seen = set()
-    for err in exc.errors():
+    errors = exc.errors()
+    guessed = {  # a missing field that an unknown one misspells is said once, as the misspelling
+        (*e["loc"][:-1], close)
+        for e in errors
+        if e["type"] == "extra_forbidden"
+        for close in difflib.get_close_matches(str(e["loc"][-1]), _fields_at(exc.title, e["loc"][:-1]), 1)
+    }
+    for err in errors:
+        if err["type"] == "missing" and tuple(err["loc"]) in guessed:
+            continue
         loc = within + _clean_loc(err["loc"])
         if not loc:  # a check across sections names its field first: point at that line
             named = re.match(r"(?:Value error, )?([a-z_]+(?:\.[a-z_0-9]+)+)\b", err["msg"])
@@ -195,12 +208,18 @@ def explain(
         where = f"field '{dotted}'" + (f" (line {line})" if line else "")
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown field; check its spelling against the documented fields"
+            guess = did_you_mean(err["loc"][-1], _fields_at(exc.title, err["loc"][:-1]))
+            msg = f"unknown field; {guess or 'check its spelling against the documented fields'}"
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "union_tag_invalid":
             kinds = sorted(k for k in _DIST_KINDS if not k.startswith("function"))
-            msg = f"unknown distribution kind; expected one of {kinds}"
+            guess = did_you_mean(err.get("ctx", {}).get("tag"), kinds)
+            msg = f"unknown distribution kind{' (' + guess + ')' if guess else ''}; expected one of {kinds}"
+        elif err["type"] in ("literal_error", "enum") and isinstance(err.get("input"), str):
+            allowed = re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected", ""))
+            guess = did_you_mean(err["input"], allowed)
+            msg += f" (got {err['input']!r}{'; ' + guess if guess else ''})"
         else:
             got = err.get("input")
             if got is not None and not isinstance(got, dict | list):
@@ -208,6 +227,76 @@ def explain(
         parts.append(f"{where}: {msg}")
         if len(parts) == 4:
             break
-    more = len({_clean_loc(e["loc"]) for e in exc.errors()}) - len(parts)
+    more = len({_clean_loc(e["loc"]) for e in errors if tuple(e["loc"]) not in guessed}) - len(parts)
     tail = f"; and {more} more" if more > 0 else ""
-    return InputError(f"{path}: invalid input. " + "; ".join(parts) + tail + ".")
+    text = "; ".join(parts) + tail
+    return InputError(f"{path}: invalid input. {text}" + ("" if text.endswith("?") else "."))
+
+
+def did_you_mean(name: object, allowed: Sequence[str]) -> str | None:
+    """``did you mean 'x'?`` for the allowed name closest to ``name`` (difflib), or None."""
+    if not isinstance(name, str):
+        return None
+    close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close and close[0] != name else None
+
+
+def _models_named(title: str) -> list[type[BaseModel]]:
+    """The project's pydantic models called ``title`` (a ValidationError's title names its model)."""
+    from pydantic import BaseModel
+
+    todo, found = list(BaseModel.__subclasses__()), []
+    while todo:
+        m = todo.pop()
+        todo.extend(m.__subclasses__())
+        if m.__name__ == title and m.__module__.startswith("simrollout"):
+            found.append(m)
+    return found
+
+
+def _members(tp: object) -> list:
+    """``tp`` with Annotated, Optional and unions taken apart."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _members(typing.get_args(tp)[0])
+    if origin is typing.Union or type(tp).__name__ == "UnionType":
+        return [m for a in typing.get_args(tp) for m in _members(a)]
+    return [tp]
+
+
+def _step(tp: object, part: object) -> list:
+    """The types one location part below ``tp`` (a field of a model, an item of a list or mapping,
+    or ``tp`` itself where the part is a union member's tag)."""
+    from pydantic import BaseModel
+
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        for name, f in tp.model_fields.items():
+            if part in (name, f.alias):
+                return [f.annotation]
+        kind = tp.model_fields.get("kind")  # a discriminated union's tag, or a smart union's class name
+        tags = {tp.__name__, *(typing.get_args(kind.annotation) if kind is not None else ())}
+        return [tp] if part in tags else []
+    args = typing.get_args(tp)
+    origin = typing.get_origin(tp)
+    if origin in (list, tuple, Sequence, set, frozenset) and isinstance(part, int):
+        return [a for a in args if a is not Ellipsis]
+    if origin in (dict, typing.Mapping) or (isinstance(origin, type) and issubclass(origin, dict)):
+        return list(args[1:2])
+    return []
+
+
+def _fields_at(title: str, loc: tuple) -> list[str]:
+    """The field names a model accepts at ``loc`` under the model called ``title``."""
+    from pydantic import BaseModel
+
+    kinds: list = list(_models_named(title))
+    for part in loc:
+        if isinstance(part, str) and ("[" in part or "(" in part or part in _TYPE_TAGS):  # pydantic's tags
+            continue
+        kinds = [nxt for tp in kinds for m in _members(tp) for nxt in _step(m, part)]
+    names = []
+    for tp in kinds:
+        for m in _members(tp):
+            if isinstance(m, type) and issubclass(m, BaseModel):
+                names += [f.alias or name for name, f in m.model_fields.items()]
+    return list(dict.fromkeys(names))

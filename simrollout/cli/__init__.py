@@ -4,7 +4,9 @@
 the help layout); the verbs register themselves on the app in this order.
 """
 
-from . import run, sweep, plan, probe, cleanup, calibrate, validate, validate_suite, workload, import_config  # noqa: F401, I001
+# the verbs in the order --help lists them
+from . import run, check, sweep, plan, probe, cleanup, calibrate  # noqa: F401, I001
+from . import validate, validate_suite, workload, import_config  # noqa: F401, I001
 from .entry import app, main
 
 __all__ = ["app", "main"]

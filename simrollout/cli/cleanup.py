@@ -1,6 +1,9 @@
-"""``simrollout cleanup BACKEND``: remove sandboxes that earlier probes left behind."""
+"""``simrollout cleanup BACKEND``: remove sandboxes that earlier probes left behind;
+``simrollout cleanup --results DIR``: remove the partial output of runs that were killed."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -10,13 +13,28 @@ from .entry import app
 
 @app.command()
 def cleanup(
-    backend: str = typer.Argument(..., help="process, docker, kubernetes, daytona, e2b, modal or ec2."),
+    backend: str | None = typer.Argument(
+        None, help="process, docker, kubernetes, daytona, e2b, modal or ec2 (default: none, with --results)."
+    ),
+    results: Path | None = typer.Option(
+        None,
+        "--results",
+        help="Remove the partial output (.NAME.partial-PID) of killed runs in this folder and every "
+        "folder under it; a running command's is kept (default: none).",
+    ),
     older_than: str = typer.Option(
         "6h", help="Remove sandboxes older than this whose owner cannot be checked."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="List only."),
 ) -> None:
-    """List the project's sandboxes left by probes and remove the stale ones (owner gone, or old)."""
+    """List the project's sandboxes left by probes and remove the stale ones (owner gone, or old);
+    with --results, the partial output that killed runs left in a results folder."""
+    if results is not None:
+        _results(results, dry_run)
+    if backend is None:
+        if results is None:
+            raise InputError("cleanup: name a BACKEND (sandboxes) or --results DIR (partial run output).")
+        return
     from ..calibration.backends import get_backend
     from ..calibration.cleanup import sweep_stale
     from ..whatif.planner import parse_duration
@@ -42,3 +60,14 @@ def cleanup(
         verb = ("would remove" if dry_run else "removed") if s.id in gone else "kept"
         typer.echo(f"{verb:12s} {s.id[:24]:24s} run {s.run:12s} age {s.age() / 60:8.1f} min  {state}")
     typer.echo(f"{len(found)} labelled, {len(stale)} stale {'(dry run)' if dry_run else 'removed'}")
+
+
+def _results(root: Path, dry_run: bool) -> None:
+    from ..outputs import sweep_tree
+
+    if not root.is_dir():
+        raise InputError(f"--results {root}: not a folder; expected a results folder, e.g. results.")
+    found = sweep_tree(root, dry_run)
+    for p in found:
+        typer.echo(f"{'would remove' if dry_run else 'removed':12s} {p}")
+    typer.echo(f"{len(found)} partial outputs of killed runs {'(dry run)' if dry_run else 'removed'}")

@@ -60,8 +60,10 @@ class TidyGroup(TyperGroup):
 
 
 def _out_folder(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: is a file; expected a results folder (existing or new).")
+    """Refuse, before anything is simulated, a results folder that cannot be created."""
+    from ..outputs import writable_folder
+
+    writable_folder(out, "--out")
 
 
 def _progress_bar(quiet: bool = False):

@@ -92,6 +92,10 @@ def plan(
     mode = output_mode(fmt, quiet)
     scn = load_scenario(scenario)
     shown = Shown(mode, f"simrollout plan {scenario}", scn)
+    if out is not None:
+        from ..outputs import writable_file
+
+        writable_file(out, "--out")
     for name, v in (("throughput", throughput), ("budget", budget)):
         if v is not None and not (v > 0 and v < float("inf")):
             raise InputError(f"plan {scenario}: --{name} must be a positive number, got {v}.")

@@ -10,6 +10,22 @@ import typer
 from ..traces.formats import spoken
 from .entry import app
 
+# Below this many trajectories a fit is a sketch: steps per trajectory is an exact histogram of
+# that many values, so its p90 rests on the longest two or three; and the KS test at 5% accepts
+# any family within 0.24 of the sample's CDF (1.36 / sqrt(30)), so "kept" says little.
+MIN_TRAJECTORIES = 30
+
+
+def small_sample(n: int) -> str | None:
+    """The warning for a fit from ``n`` trajectories, fewer than :data:`MIN_TRAJECTORIES`; else None."""
+    if n >= MIN_TRAJECTORIES:
+        return None
+    return (
+        f"warning: fitted from {n} trajector{'y' if n == 1 else 'ies'}, fewer than {MIN_TRAJECTORIES}: "
+        f"steps per trajectory is a histogram of {n} values and the tails of every fit rest on a "
+        "handful of points; use the section as a sketch, or give more traces"
+    )
+
 
 def _fit_line(name: str, r: dict) -> str:
     if r.get("form") == "histogram":
@@ -107,3 +123,8 @@ def workload(
     for name, r in fits.items():
         typer.echo(_fit_line(name, r))
     typer.echo(f"wrote {out} and {png}")
+    warning = small_sample(len(ts.trajectories))
+    if warning:
+        from .options import err
+
+        err.print(warning, highlight=False, soft_wrap=True)

@@ -201,3 +201,27 @@ def test_a_training_profiles_refits_band_the_training_loop(tmp_path):
     s = run_with_bands(scn, jobs=1).summary.iloc[0]
     assert "training bootstrap B=6" in s.band
     assert s.training_steps_per_day_input_lo < s.training_steps_per_day_input_hi
+
+
+@pytest.mark.slow
+def test_a_shipped_scenario_has_a_profile_band_out_of_the_box():
+    scn = load_scenario(ROOT / "scenarios/docker_local.yaml")
+    [(label, refits)] = uncertainty.refits_of(scn)
+    assert label == "bootstrap B=50" and len(refits) == 50
+    medians = {Substrate.model_validate(r).exec_overhead.ppf(0.5) for r in refits}
+    assert len(medians) > 40  # refits of resamples, not copies of the fit
+
+
+@pytest.mark.slow
+def test_the_shipped_refit_profile_is_what_calibrate_makes_of_the_shipped_probe(tmp_path):
+    out = tmp_path / "docker-local-refits.yaml"
+    proc = cli(
+        "calibrate", ROOT / "calibration/probes/docker-local.jsonl", "--name", "docker-local", "-o", out
+    )
+    assert proc.returncode == 0, proc.stderr
+    made, shipped = (
+        yaml.safe_load(p.read_text()) for p in (out, ROOT / "calibration/profiles/docker-local-refits.yaml")
+    )
+    for doc in (made, shipped):
+        doc["provenance"].pop("date")
+    assert made == shipped
