@@ -111,3 +111,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("docker") or any(f in getattr(item, "fixturenames", ()) for f in SERVICES):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _pilot_cache_folder(tmp_path_factory, monkeypatch):
+    """Serving pilots kept on disk (simrollout.run.pilot_cache) go to a folder of each test's own."""
+    monkeypatch.setenv("SIMROLLOUT_CACHE", str(tmp_path_factory.mktemp("pilots")))
+    monkeypatch.delenv("SIMROLLOUT_NO_CACHE", raising=False)

@@ -8,7 +8,7 @@ import typer
 
 from ..outputs import atomic_folder
 from .entry import _ticker, app
-from .options import _out_folder, _progress_bar, err
+from .options import NO_CACHE_HELP, _cache, _out_folder, _progress_bar, err
 
 
 @app.command()
@@ -16,6 +16,7 @@ def run(
     scenario: Path = typer.Argument(..., help="Scenario YAML (version: 1)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Results folder (default: results/<name>)."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Processes (default: all cores)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help=NO_CACHE_HELP),
     seed: int | None = typer.Option(None, help="The seed (default: the scenario's)."),
     fidelity: str | None = typer.Option(
         None, help="Fidelity: step, trajectory, compiled or auto (default: the scenario's, else auto)."
@@ -40,10 +41,12 @@ def run(
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
     from ..api import override
+    from ..run import stages
     from ..run.executors import run_scenario
     from ..run.report import print_table, write_results
     from ..scenario import load_scenario
 
+    _cache(no_cache)
     scn = load_scenario(scenario)
     over = {k: v for k, v in {"seed": seed, "fidelity": fidelity}.items() if v is not None}
     if over:
@@ -74,6 +77,7 @@ def run(
 
             bar.update(task, description="bands")
             result = with_bands(scn, result, jobs, executor, None, address)
+        stages.enter("outputs")
         paths = write_results(result, tmp)
     print_table(result)
     if explain:

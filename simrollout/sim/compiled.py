@@ -112,7 +112,6 @@ class CompiledRun:
         ]  # fmt: skip
         self.regions: dict[int, tuple] = {}  # the training loop's chunks of detail in the pools
         self.used = [0, 0]  # steps and calls of the detail pools in use
-        self._detail_chunk = -1
 
     def _take(self, k: int) -> int:
         """Chunk ``k``'s draws, their rows in the run's arrays: the trajectories ready after it."""
@@ -188,9 +187,8 @@ class CompiledRun:
             wi[w, L.I_DS0], wi[w, L.I_DNS], wi[w, L.I_DC0] = self.S[43][i]
             wi[w, L.I_DET] = 1
             return
-        if c != self._detail_chunk and self._detail_chunk in cell.chunks:
-            cell.chunks[self._detail_chunk].detail = None
-        self._detail_chunk = c
+        if cell.chunks[c].detail is None and i not in cell.chunks[c].draws.kept:
+            self._drop_details(c)  # a chunk's detail is about to be drawn: drop the ones done with
         d, j = cell.span(i)
         a, b = int(d.step_off[j]), int(d.step_off[j + 1])
         c0, c1 = int(d.call_off[j]), int(d.call_off[j + 1])
@@ -201,6 +199,19 @@ class CompiledRun:
         co[k0 : k0 + c1 - c0], ct[k0 : k0 + c1 - c0] = d.call_overhead[c0:c1], d.call_tool[c0:c1]
         wi[w, L.I_DS0], wi[w, L.I_DNS], wi[w, L.I_DC0], wi[w, L.I_DET] = s0, b - a, k0, 1
         self.used = [s0 + b - a, k0 + c1 - c0]
+
+    def _drop_details(self, c: int) -> None:
+        """Drop the per-step detail of every chunk but ``c`` that no body can ask for again: one
+        whose trajectories have all started and whose bodies in flight have read theirs. Each
+        chunk's detail is drawn once; the ones kept are chunk ``c``'s, the next trajectory's
+        chunk's and those of bodies in flight that have not read theirs (at most one per body in
+        flight; as a rule the chunk before ``c``)."""
+        cell, wi, gi = self.cell, self.S[1], self.S[3]
+        waiting = wi[:, L.I_DET] == 0  # (a worker done with its last trajectory counts: it may wait)
+        wanted = set((wi[waiting, L.I_I] // CHUNK).tolist()) | {c, int(gi[L.J_NEXT]) // CHUNK}
+        for k, st in cell.chunks.items():
+            if st.detail is not None and k not in wanted:
+                st.detail = None
 
     def _load_chunk(self, c: int) -> None:
         """Chunk ``c``'s per-step detail into the pools, beside the chunks whose trajectories are
