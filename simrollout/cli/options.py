@@ -78,7 +78,7 @@ def _cache(no_cache: bool) -> None:
         pilot_cache.disable()
 
 
-def _progress_bar(console: Console | None = None):
+def _progress_bar(console: Console | None = None, get_time=None):
     """The progress line on stderr: the stage (``pilots``, ``draws``, ``cells``, ``outputs``;
     :mod:`simrollout.run.stages`), its share done, the time taken and an estimate of the time left
     in the stage (shown on a terminal only)."""
@@ -128,6 +128,7 @@ def _progress_bar(console: Console | None = None):
         console=console,
         transient=True,
         disable=not console.is_terminal,
+        get_time=get_time,
     )
 
 
