@@ -73,7 +73,7 @@ def load(key: str) -> Pilot | None:
     try:
         with open(folder() / f"{key}.pkl", "rb") as f:
             pilot = pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
+    except Exception:  # missing, or not a pilot this code can read: run it again
         return None
     return pilot if isinstance(pilot, Pilot) else None
 
@@ -86,8 +86,11 @@ def store(key: str, pilot: Pilot) -> None:
         where = folder()
         where.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=where, suffix=".tmp")
+    except OSError:
+        return
+    try:
         with os.fdopen(fd, "wb") as f:
             pickle.dump(pilot, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, where / f"{key}.pkl")
     except OSError:
-        pass
+        Path(tmp).unlink(missing_ok=True)
