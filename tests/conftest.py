@@ -216,3 +216,10 @@ def pytest_runtest_makereport(item, call):
             f"{item.nodeid} took {item._cpu_s:.2f} s of CPU, past the quick tier's budget of {limit:g} s "
             f"(a test over about {QUICK_CPU_S:g} s is marked slow): mark it @pytest.mark.slow or make it cheaper"
         )
+
+
+@pytest.fixture(autouse=True)
+def _pilot_cache_folder(tmp_path_factory, monkeypatch):
+    """Serving pilots kept on disk (simrollout.run.pilot_cache) go to a folder of each test's own."""
+    monkeypatch.setenv("SIMROLLOUT_CACHE", str(tmp_path_factory.mktemp("pilots")))
+    monkeypatch.delenv("SIMROLLOUT_NO_CACHE", raising=False)

@@ -49,7 +49,7 @@ def _ticker(bar, task):
     def tick(done: int, total: int) -> None:
         if _PENDING:
             raise Interrupted(_PENDING[-1])
-        bar.update(task, completed=done / total)
+        bar.update(task, completed=done, total=total)
 
     return tick
 

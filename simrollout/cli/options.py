@@ -66,17 +66,71 @@ def _out_folder(out: Path) -> None:
     writable_folder(out, "--out")
 
 
-def _progress_bar(quiet: bool = False):
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+NO_CACHE_HELP = (
+    "Run every serving pilot again instead of reusing the ones kept in the cache folder "
+    "(also: SIMROLLOUT_NO_CACHE=1; docs/performance.md)."
+)
 
-    return Progress(
-        TextColumn("[bold]simulating"),
+
+def _cache(no_cache: bool) -> None:
+    """``--no-cache``: serving pilots are neither read from nor written to the cache folder."""
+    if no_cache:
+        from ..run import pilot_cache
+
+        pilot_cache.disable()
+
+
+def _progress_bar(quiet: bool = False, console: Console | None = None, get_time=None):
+    """The progress line on stderr: the stage (``pilots``, ``draws``, ``cells``, ``outputs``;
+    :mod:`simrollout.run.stages`), its share done, the time taken and an estimate of the time left
+    in the stage (shown on a terminal only, never with ``quiet``)."""
+    from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+    from rich.text import Text
+
+    from ..run import stages
+
+    class TimeLeft(ProgressColumn):
+        def render(self, task) -> Text:
+            if task.total is None or task.finished:
+                return Text("")
+            left = task.time_remaining
+            if left is None:
+                return Text("estimating the time left")
+            m, sec = divmod(int(round(left)), 60)
+            return Text(f"about {m}m {sec:02d}s left" if m else f"about {sec}s left")
+
+    class StageProgress(Progress):
+        def __enter__(self):
+            super().__enter__()
+            self._listen = stages.listening(self._stage)
+            self._listen.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            self._listen.__exit__(*exc)
+            return super().__exit__(*exc)
+
+        def _stage(self, stage: str, done: int, total: int | None) -> None:
+            if not self.tasks:
+                return
+            task = self.tasks[-1].id
+            if done == 0:
+                self.reset(task, total=total, description=stage)
+                self.refresh()
+            else:
+                self.update(task, completed=done)
+
+    console = console or err
+    return StageProgress(
+        TextColumn("[bold]{task.description}"),
         BarColumn(),
         TextColumn("{task.percentage:>3.0f}%"),
         TimeElapsedColumn(),
-        console=err,
+        TimeLeft(),
+        console=console,
         transient=True,
-        disable=quiet or not err.is_terminal,
+        disable=quiet or not console.is_terminal,
+        get_time=get_time,
     )
 
 

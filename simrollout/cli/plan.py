@@ -10,7 +10,7 @@ import typer
 from ..errors import InputError
 from ..outputs import atomic_file
 from .entry import _ticker, app
-from .options import _progress_bar
+from .options import NO_CACHE_HELP, _cache, _progress_bar
 from .output_mode import FORMAT_HELP, QUIET_HELP, OutputMode, output_mode
 
 
@@ -63,6 +63,7 @@ def plan(
     ),
     executor: str = typer.Option("local", help="local (processes), serial, or ray."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help=NO_CACHE_HELP),
     uncertainty: bool = typer.Option(
         False,
         "--uncertainty",
@@ -77,6 +78,8 @@ def plan(
     from ..scenario import load_scenario
     from ..whatif.planner import Goal, parse_duration
     from ..whatif.planner import plan as run_plan
+
+    _cache(no_cache)
 
     def ints(name, text, least=0):
         if text is None:

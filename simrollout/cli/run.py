@@ -8,7 +8,7 @@ import typer
 
 from ..outputs import atomic_folder
 from .entry import _ticker, app
-from .options import _out_folder, _progress_bar, err
+from .options import NO_CACHE_HELP, _cache, _out_folder, _progress_bar, err
 from .output_mode import FORMAT_HELP, QUIET_HELP, output_mode
 
 
@@ -17,6 +17,7 @@ def run(
     scenario: Path = typer.Argument(..., help="Scenario YAML (version: 1)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Results folder (default: results/<name>)."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Processes (default: all cores)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help=NO_CACHE_HELP),
     seed: int | None = typer.Option(None, help="The seed (default: the scenario's)."),
     fidelity: str | None = typer.Option(
         None, help="Fidelity: step, trajectory, compiled or auto (default: the scenario's, else auto)."
@@ -51,8 +52,10 @@ def run(
     from ..scenario import load_scenario
 
     mode = output_mode(fmt, quiet)  # a bad --format refused before anything is read
+    _cache(no_cache)
     scn = load_scenario(scenario)  # first: bad input is refused before the engines are imported
     from ..api import override
+    from ..run import stages
     from ..run.executors import run_scenario
     from ..run.report import print_table, summary_csv, summary_json, write_results
     from ..run.step_names import check
@@ -87,6 +90,7 @@ def run(
 
             bar.update(task, description="bands")
             result = with_bands(scn, result, jobs, executor, None, address)
+        stages.enter("outputs")
         paths = write_results(result, tmp, names)
     if mode.tables:
         print_table(result)

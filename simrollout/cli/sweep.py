@@ -8,7 +8,7 @@ import typer
 
 from ..outputs import atomic_folder
 from .entry import _ticker, app
-from .options import _out_folder, _progress_bar
+from .options import NO_CACHE_HELP, _cache, _out_folder, _progress_bar
 from .output_mode import FORMAT_HELP, QUIET_HELP, output_mode
 
 
@@ -26,6 +26,7 @@ def sweep(
         None, help="Ray cluster address (with --executor ray; default: start a local Ray)."
     ),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help=NO_CACHE_HELP),
     uncertainty: bool = typer.Option(
         False,
         "--uncertainty",
@@ -45,6 +46,7 @@ def sweep(
     from ..whatif.sweeps import sweep as run_sweep
 
     mode = output_mode(fmt, quiet)
+    _cache(no_cache)
     scn = load_scenario(scenario)
     sets = dict(parse_set(s) for s in set_)
     out = out or Path("results") / f"{scn.name}-sweep"

@@ -14,6 +14,7 @@ from ..errors import InputError
 from ..scenario import Scenario
 from ..sim.route import resolved_fidelity
 from ..sim.workload_draws import check_memory
+from . import stages
 from .runner import (
     CellKey,
     RunResult,
@@ -21,6 +22,7 @@ from .runner import (
     cell_keys,
     needs_pilot,
     pilot_for,
+    pilot_key,
     remember,
     run_cell,
     work_for,
@@ -99,6 +101,7 @@ def run_many(
             if progress is not None:
                 progress(done[0], total)
 
+        stages.enter("cells", total)
         try:
             out = [(i, k, *_cell(scenarios[i], k, keep_records, records_dir, tick)) for i, k in tasks]
         except BaseException:
@@ -120,6 +123,7 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
     q = ctx.Queue()
     _SHARED.update(scenarios=scenarios, queue=q)
     _prepare(scenarios, tasks, jobs)
+    stages.enter("cells", total)
     done = 0
     pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_ignore_interrupts)
     try:
@@ -166,20 +170,26 @@ def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) 
     chunks filling in around them (a pilot alone would leave a core idle). ``stream`` (one
     compiled cell, run in this process): return once the pilot ran, the workload's chunks still
     being drawn by the pool returned (the loop takes them as they come; shut it down after)."""
-    pilots = {}  # a cell's pilot key: the first cell of it
+    pilots = {}  # what determines a pilot (configurations can share one): the first cell of it
     for i, key in tasks:
         if needs_pilot(scenarios[i]):
-            pilots.setdefault((i, key.substrate, key.concurrency, key.replication), (i, key))
+            pilots.setdefault(pilot_key(scenarios[i], key), (i, key))
     stream = stream and all(resolved_fidelity(scenarios[i]) == "compiled" for i, _ in tasks)
     if jobs == 1 or not (pilots or stream):
+        stages.enter("draws")
         _draw_all(scenarios, tasks, jobs)
         return None
+    if pilots:
+        stages.enter("pilots", len(pilots))
+    else:
+        stages.enter("draws")
     pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts)
     try:
         running = [pool.submit(pilot_for, scenarios[i], key) for i, key in pilots.values()]
         _draw_all(scenarios, tasks, jobs, pool, background=stream)
-        for f in running:
+        for k, f in enumerate(running):
             remember(f.result())
+            stages.done(k + 1)
         if stream:
             return pool
         pool.shutdown()
@@ -227,6 +237,7 @@ def _run_ray(scenarios, tasks, keep, progress, total, address, records_dir):
         import ray
     except ImportError:
         raise InputError("--executor ray needs Ray: pip install 'simrollout[ray]'.") from None
+    stages.enter("cells", total)
     started = False
     if not ray.is_initialized():
         ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)

@@ -27,6 +27,7 @@ from ..sim.records import Records
 from ..sim.route import fidelity_choice, resolved_fidelity, unbacked
 from ..sim.serving_pilot import Pilot
 from ..sim.workload_draws import Work, draw_work, tool_sums_at_once
+from . import pilot_cache
 
 
 @dataclass(frozen=True)
@@ -135,9 +136,10 @@ def run_cell(
 
 
 # pilots run in this process or in its workers (handed back with their cells' summaries), by
-# their slice of the cluster and replication: a cell run again (a plan's check of its sample's
-# candidates) reuses its pilot, the same numbers for less
-PILOTS: dict[tuple, Pilot] = {}
+# what determines them (:func:`pilot_key`): a cell run again (a plan's check of its sample's
+# candidates) or another configuration with the same sliced cluster reuses its pilot, the same
+# numbers for less; between runs they are kept on disk (:mod:`.pilot_cache`)
+PILOTS: dict[str, Pilot] = {}
 
 
 def needs_pilot(scn: Scenario) -> bool:
@@ -145,20 +147,25 @@ def needs_pilot(scn: Scenario) -> bool:
     return scn.workload.tokens is not None and resolved_fidelity(scn) != "step"
 
 
-def pilot_for(scn: Scenario, key: CellKey) -> tuple[tuple, Pilot]:
-    """The serving pilot of a cell, and its key: the one run before (:data:`PILOTS`), or run now."""
+def pilot_for(scn: Scenario, key: CellKey) -> tuple[str, Pilot]:
+    """The serving pilot of a cell, and its key: the one run before (:data:`PILOTS`, then the
+    disk cache), or run now (and stored)."""
     sub = scn.substrates[key.substrate]
-    pilot_key = _pilot_key(scn, sub, key.concurrency, key.replication)
-    return pilot_key, PILOTS.get(pilot_key) or run_pilot(scn, sub, key.concurrency, key.replication)
+    k = pilot_key(scn, key)
+    pilot = PILOTS.get(k) or pilot_cache.load(k)
+    if pilot is None:
+        pilot = run_pilot(scn, sub, key.concurrency, key.replication)
+        pilot_cache.store(k, pilot)
+    return k, pilot
 
 
-def _pilot_key(scn: Scenario, sub, concurrency: int, rep: int) -> tuple:
-    pscn, _ = slice_scenario(scn, sub, concurrency)
-    engines = scn.cluster.inference.engines  # the pilot's description names the whole cluster's
-    return json.dumps(pscn.model_dump(mode="json", by_alias=True), sort_keys=True), engines, concurrency, rep
+def pilot_key(scn: Scenario, key: CellKey) -> str:
+    """What determines a cell's pilot, hashed: its sliced scenario, replication and engine count."""
+    pscn, _ = slice_scenario(scn, scn.substrates[key.substrate], key.concurrency)
+    return pilot_cache.key_of(pscn, scn.cluster.inference.engines, key.replication)
 
 
-def remember(pilot: tuple[tuple, Pilot] | None) -> None:
+def remember(pilot: tuple[str, Pilot] | None) -> None:
     """Keep a pilot run elsewhere (a worker) for the cells that run it again."""
     if pilot is None:
         return

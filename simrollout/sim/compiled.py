@@ -28,6 +28,7 @@ from ..scenario import Substrate
 from . import compiled_loop as L
 from .compiled_ops import curve_params, rate_params
 from .records import Records, row_table
+from .substrate_draws import ChunkDetail
 from .workload_draws import CHUNK
 
 COMPILE = {"seconds": None}  # the first run's compile (or cache load) time in this process
@@ -127,7 +128,7 @@ class CompiledRun:
         ]  # fmt: skip
         self.regions: dict[int, tuple] = {}  # the training loop's chunks of detail in the pools
         self.used = [0, 0]  # steps and calls of the detail pools in use
-        self._detail_chunk = -1
+        self.held: dict[int, ChunkDetail] = {}  # waiting bodies' detail, their chunk's dropped
 
     def _take(self, k: int) -> int:
         """Chunk ``k``'s draws, their rows in the run's arrays: the trajectories ready after it."""
@@ -203,10 +204,12 @@ class CompiledRun:
             wi[w, L.I_DS0], wi[w, L.I_DNS], wi[w, L.I_DC0] = self.S[43][i]
             wi[w, L.I_DET] = 1
             return
-        if c != self._detail_chunk and self._detail_chunk in cell.chunks:
-            cell.chunks[self._detail_chunk].detail = None
-        self._detail_chunk = c
-        d, j = cell.span(i)
+        if i in self.held:
+            d, j = self.held.pop(i), 0
+        else:
+            if cell.chunks[c].detail is None and i not in cell.chunks[c].draws.kept:
+                self._drop_details(c)  # a chunk's detail is about to be drawn: drop the others
+            d, j = cell.span(i)
         a, b = int(d.step_off[j]), int(d.step_off[j + 1])
         c0, c1 = int(d.call_off[j]), int(d.call_off[j + 1])
         self._room(b - a, c1 - c0)
@@ -216,6 +219,30 @@ class CompiledRun:
         co[k0 : k0 + c1 - c0], ct[k0 : k0 + c1 - c0] = d.call_overhead[c0:c1], d.call_tool[c0:c1]
         wi[w, L.I_DS0], wi[w, L.I_DNS], wi[w, L.I_DC0], wi[w, L.I_DET] = s0, b - a, k0, 1
         self.used = [s0 + b - a, k0 + c1 - c0]
+
+    def _drop_details(self, c: int) -> None:
+        """Drop the per-step detail of every chunk but ``c`` and the next trajectory's, keeping
+        (in ``held``) the slices of the bodies in flight that have not read theirs yet: each
+        chunk's detail is drawn once, and at most two chunks' are kept, with at most one
+        trajectory's slice per body in flight."""
+        cell, wi, gi = self.cell, self.S[1], self.S[3]
+        waiting = wi[:, L.I_DET] == 0  # (a worker done with its last trajectory counts: it may wait)
+        keep = {c, int(gi[L.J_NEXT]) // CHUNK}
+        for k, st in cell.chunks.items():
+            if st.detail is None or k in keep:
+                continue
+            d = st.detail
+            for i in wi[waiting & (wi[:, L.I_I] // CHUNK == k), L.I_I].tolist():
+                j = i - st.lo
+                a, b = int(d.step_off[j]), int(d.step_off[j + 1])
+                c0, c1 = int(d.call_off[j]), int(d.call_off[j + 1])
+                steps, calls = slice(a, b), slice(c0, c1)
+                parts = (d.step_llm[steps], d.step_calls[steps], d.call_tool[calls], d.call_overhead[calls])
+                self.held[i] = ChunkDetail.one(*(x.copy() for x in parts))
+            st.detail = None
+        live = set(wi[waiting, L.I_I].tolist())  # held slices of trajectories no longer waiting
+        for i in [i for i in self.held if i not in live]:
+            del self.held[i]
 
     def _load_chunk(self, c: int) -> None:
         """Chunk ``c``'s per-step detail into the pools, beside the chunks whose trajectories are

@@ -100,3 +100,26 @@ def test_fail_rate_is_numpys_interp_to_the_bit():
     for n in [*xs, 0.0, 0.5, 100.0, *rng.uniform(0, 80, 500)]:
         assert fail_rate(xs, ys, n) == np.interp(n, xs, ys)
     assert fail_rate(np.array([1.0]), np.array([0.03]), 7.0) == 0.03  # a constant rate
+
+
+@pytest.mark.slow
+def test_each_chunks_per_step_detail_is_drawn_once_and_gives_the_numbers_of_keeping_all(monkeypatch):
+    """Bodies near their deadline or meeting an exec failure read their chunk's per-step detail;
+    bodies of two chunks in flight at once take turns. Each chunk's detail is drawn once (kept
+    while a body may read it), with the numbers of every detail kept to the end."""
+    from simrollout.sim import chunks, compiled
+
+    d = build(Row("async", "host", "failures"), 70_000, 4, 512)  # three chunks, 512 in flight
+    d["policy"]["timeout"] = 120.0  # many bodies near it
+    drawn = []
+    real = chunks.chunk_detail
+    monkeypatch.setattr(chunks, "chunk_detail", lambda *a, **k: drawn.append(a[4]) or real(*a, **k))
+    kept = _run(d, "compiled").cells
+    assert len(drawn) == len(set(drawn)) >= 2
+    monkeypatch.setattr(compiled.CompiledRun, "_drop_details", lambda self, c: None)
+    drawn.clear()
+    everything = _run(d, "compiled").cells
+    assert len(drawn) == len(set(drawn))
+    cols = [c for c in kept.columns if not c.startswith("_")]
+    assert kept[cols].to_csv() == everything[cols].to_csv()
+    assert kept.timeouts.iloc[0] > 0 and kept.failed.iloc[0] + kept.timeouts.iloc[0] > 0
