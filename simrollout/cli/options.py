@@ -80,7 +80,7 @@ def _cache(no_cache: bool) -> None:
         pilot_cache.disable()
 
 
-def _progress_bar(quiet: bool = False, console: Console | None = None, get_time=None):
+def _progress_bar(quiet: bool = False, *, console: Console | None = None, get_time=None):
     """The progress line on stderr: the stage (``pilots``, ``draws``, ``cells``, ``outputs``;
     :mod:`simrollout.run.stages`), its share done, the time taken and an estimate of the time left
     in the stage (shown on a terminal only, never with ``quiet``)."""

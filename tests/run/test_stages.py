@@ -28,7 +28,7 @@ def test_the_line_names_each_stage_of_a_run_as_it_begins(monkeypatch):
     scn = scenario_from_dict({**build(Row("async", "tier", "tokens"), 120, 4, 16), "fidelity": "trajectory"})
     console, out = _terminal()
     heard = []
-    with _progress_bar(console) as bar, stages.listening(lambda s, d, t: heard.append((s, d, t))):
+    with _progress_bar(console=console) as bar, stages.listening(lambda s, d, t: heard.append((s, d, t))):
         task = bar.add_task("run", total=1.0)
         run_scenario(scn, jobs=2, keep_records=False, progress=_ticker(bar, task))
         stages.enter("outputs")
@@ -52,7 +52,7 @@ def test_without_pilots_the_workload_draw_comes_first(monkeypatch):
 def test_the_time_left_is_the_stage_s_rate_so_far():
     console, out = _terminal()
     now = [0.0]
-    with _progress_bar(console, get_time=lambda: now[0]) as bar:
+    with _progress_bar(console=console, get_time=lambda: now[0]) as bar:
         task = bar.add_task("run", total=1.0)
         stages.enter("cells", 1000)
         for t, done in ((10.0, 100), (20.0, 200), (40.0, 400)):
