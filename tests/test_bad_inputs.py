@@ -236,20 +236,20 @@ def test_an_interrupt_swallowed_where_it_landed_is_raised_at_the_next_progress_t
     seen = []
 
     class Bar:
-        def update(self, task, completed):
-            seen.append(completed)
+        def update(self, task, completed, total):
+            seen.append((completed, total))
 
     m._PENDING.clear()
     try:
         tick = m._ticker(Bar(), 0)
         tick(1, 4)
-        assert seen == [0.25]
+        assert seen == [(1, 4)]
         try:
             m._interrupt(signal.SIGINT, None)
         except BaseException:  # swallowed where it landed
             pass
         with pytest.raises(m.Interrupted) as exc:
             tick(2, 4)
-        assert exc.value.code == 130 and seen == [0.25]
+        assert exc.value.code == 130 and seen == [(1, 4)]
     finally:
         m._PENDING.clear()
