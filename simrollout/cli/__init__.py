@@ -4,7 +4,7 @@
 the help layout); the verbs register themselves on the app in this order.
 """
 
-from . import run, sweep, plan, probe, cleanup, calibrate, validate, validate_suite, workload  # noqa: F401, I001
+from . import run, sweep, plan, probe, cleanup, calibrate, validate, validate_suite, workload, import_config  # noqa: F401, I001
 from .entry import app, main
 
 __all__ = ["app", "main"]

@@ -55,10 +55,41 @@ def calibrate(
         "run/sweep/plan --uncertainty; default 50 (engine 20), 0 for none.",
     ),
     seed: int = typer.Option(0, help="Seed of the bootstrap's resamples."),
+    training: bool = typer.Option(
+        False,
+        "--training",
+        help="The files are a training run's metric logs (console, JSONL, JSON or CSV; detected "
+        "without the flag when they are not probe records): write a training profile.",
+    ),
+    gpus: str | None = typer.Option(
+        None,
+        help="Training logs: the GPUs that trained, one count or one per file (e.g. 32,64,128); "
+        "required with training logs (default: none).",
+    ),
+    placement: str = typer.Option(
+        "colocated", help="Training logs: colocated (the engines' GPUs train) or disaggregated."
+    ),
+    framework: str | None = typer.Option(
+        None, help="Training logs: verl, areal, slime, skyrl or prime-rl (default: from the metric names)."
+    ),
+    responses: int | None = typer.Option(
+        None, help="Training logs: responses per step (default: tokens trained / (prompt + response mean))."
+    ),
+    params_b: float | None = typer.Option(
+        None,
+        help="Training logs: the policy's parameters, billions (written as the profile's model; default: "
+        "none, the scenario gives it).",
+    ),
 ) -> None:
     """Fit latency distributions to probe records and write a substrate profile (or, from
-    ``probe openai`` records, an engine profile)."""
+    ``probe openai`` records, an engine profile; from a training run's logs, a training profile)."""
     import warnings
+
+    from .calibrate_training import calibrate_training, is_training_log
+
+    if probes and (training or any(is_training_log(p) for p in probes)):
+        args = (gpus, placement, framework, responses, params_b, bootstrap, seed)
+        return calibrate_training(probes, out, *args)
 
     from ..calibration.calibrate import calibrate as fit
     from ..calibration.calibrate import from_quantiles as build

@@ -101,6 +101,11 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
         from .workload_files import expand_workload
 
         data["workload"] = expand_workload(data["workload"], path, data.get("training") is not None)
+    tr = data.get("training")
+    if isinstance(tr, dict) and "import" in tr:
+        from .training_files import expand_training
+
+        data["training"] = expand_training(tr, path)
     for i, sub in enumerate(data.get("substrates") or []):
         if isinstance(sub, dict) and isinstance(sub.get("profile"), str):
             prof = load_profile(_resolve(sub["profile"], path, where=f"substrates.{i}.profile"))

@@ -17,7 +17,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         # partial_rollout: "sleep() and resume()" save the ongoing rollouts' samples at a parameter
         # sync and continue them in the next rollout (not waiting for ongoing tasks)
         "at_sync": "interrupt",
-        "sync_every": 1,  # trigger_parameter_sync_step x require_batches x mini = batch
+        # one version per B: B = trigger_parameter_sync_step x require_batches x ppo_mini_batch_size
+        # prompts, mini_batch = require_batches x ppo_mini_batch_size (the framework block derives both)
+        "sync_every": 1,
     },
     # AReaL docs, algorithms/async.html ("Off-Policyness Control", partial rollouts)
     "areal": {
@@ -57,14 +59,22 @@ _EXCLUSIVE = (("max_staleness", "staleness_fraction"),)
 
 
 def apply_preset(data: Any) -> Any:
-    """``data`` with its named preset's fields beneath its own (unchanged without ``preset``)."""
+    """``data`` with its named preset's fields beneath its own (unchanged without ``preset``);
+    its ``framework:`` block, the framework's batch knobs, derives B and ``mini_batch``
+    (:mod:`.framework_knobs`), beneath the scenario's own fields too."""
     if not isinstance(data, dict) or "preset" not in data:
+        if isinstance(data, dict) and "framework" in data:
+            raise ValueError("framework (a framework's batch knobs) needs preset: the framework's preset")
         return data
     user = dict(data)
     name = user.pop("preset")
     if name not in PRESETS:
         raise ValueError(f"preset '{name}' is not one of: {', '.join(sorted(PRESETS))}")
     base = dict(PRESETS[name])
+    if "framework" in user:
+        from .framework_knobs import derive
+
+        base.update(derive(name, user.pop("framework")))
     keeps = user.get("partial_rollouts", True) and user.get("pause_engines_on_sync", True)
     if not keeps or user.get("placement", "disaggregated") != "disaggregated":
         base.pop("at_sync", None)  # the user's loop cannot interrupt requests

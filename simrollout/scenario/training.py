@@ -85,6 +85,8 @@ class Training(_Model):
     model: ModelSize | None = None
     train_time: TrainTime
     weight_sync_time: SyncTime = Constant(value=0.0)
+    # s per step on the trainer's path outside the update and the sync (reward, advantages, checkpoints)
+    critical_path: NonNegativeFloat = 0.0
     placement: Literal["colocated", "disaggregated"] = "colocated"
     trainer: Trainer | None = None
     # disaggregated: a turn waits while the new weights load into the engines it runs on

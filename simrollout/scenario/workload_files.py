@@ -18,14 +18,14 @@ TRACE_FIXED = ("steps", "calls_per_step", "tools", "tokens")  # what a replay ta
 DRAWN = ("llm_time", "setup", "reward")
 
 
-def _find(ref, scenario: Path, field: str) -> Path:
+def _find(ref, scenario: Path, field: str, section: str = "workload") -> Path:
     if not isinstance(ref, str) or not ref:
-        raise InputError(f"{scenario}: field 'workload.{field}' must be a file path, got {ref!r}.")
+        raise InputError(f"{scenario}: field '{section}.{field}' must be a file path, got {ref!r}.")
     for cand in (scenario.parent / ref, Path(ref)):
         if cand.is_file():
             return cand
     raise InputError(
-        f"{scenario}: field 'workload.{field}': '{ref}' not found (looked relative to the scenario file "
+        f"{scenario}: field '{section}.{field}': '{ref}' not found (looked relative to the scenario file "
         "and to the current directory)."
     )
 

@@ -32,6 +32,14 @@ class TrainerClock:
     def __init__(self, loop: LoopResults):  # the loop (its tr, cell, steps_done, seed and rep)
         self.loop, self.tr = loop, loop.tr
         self.gpus = train_gpus(loop.cell.scn)
+        self.per_step = self.tr.critical_path + self._colocated()
+
+    def _colocated(self) -> float:
+        """Seconds per step a colocated placement adds to the FLOPs model (``colocated``)."""
+        tt = self.tr.train_time
+        if self.tr.placement != "colocated" or not isinstance(tt, FlopsTime) or tt.colocated is None:
+            return 0.0
+        return tt.colocated.seconds(self.gpus, self.tr.model)
 
     def draws(self, k: int) -> tuple[float | None, float]:
         """Step ``k``'s drawn train seconds (a distribution; None for a model of the work) and
@@ -45,7 +53,12 @@ class TrainerClock:
 
     def update(self, members: list[int], share: float, drawn: float | None) -> float:
         """Seconds of one update on ``members``, ``share`` of the step's groups: the step's drawn
-        time and the linear model's intercept split by share, the FLOPs model's per update."""
+        time and the linear model's intercept split by share, the FLOPs model's per update; the
+        per-step terms (``critical_path``, colocated costs) split by share."""
+        out = self._update(members, share, drawn)
+        return out + self.per_step * share if self.per_step else out
+
+    def _update(self, members: list[int], share: float, drawn: float | None) -> float:
         tt, loop = self.tr.train_time, self.loop
         if drawn is not None:
             return drawn * share

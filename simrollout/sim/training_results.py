@@ -36,7 +36,8 @@ class StepRecord:
     end: float  # weights synced
     samples: int
     masked: int
-    rollout: float  # the trainer waited for groups (the rollout phase a framework reports)
+    rollout: float  # the trainer waited to gather groups (the step table's rollout_s also counts the
+    # wait of a sync held for the batch in generation: see ``LoopResults.step_table``)
     stale: int  # trained samples started under an older version
     partial: int  # trained samples whose generation crossed a weight sync
     engine_busy: float  # the engines' busy seconds so far (step fidelity; else NaN)
@@ -206,7 +207,10 @@ class LoopResults:
 
     def step_table(self) -> list[dict]:
         """One row per trained step: its time and its breakdown, and what the frameworks report
-        per step: the rollout phase (the trainer's wait for groups), the trainer's busy and idle
+        per step: the rollout phase ``rollout_s`` (the seconds of the step's critical path spent
+        waiting for rollouts, in every mode the step's time not training or syncing: gathering its
+        groups, and in one_step_off without partial rollouts the sync held until the batch in
+        generation is gathered; verl's ``timing_s/gen``), the trainer's busy and idle
         seconds, the engines' idle share (step fidelity; colocated: of the time they do not
         train), the stale samples trained and the partial ones (generation crossed a sync)."""
         rows, prev, busy0 = [], 0.0, 0.0
@@ -219,7 +223,7 @@ class LoopResults:
             idle = 1.0 - (x.engine_busy - busy0) / avail if avail > 0 and self.cell.step else math.nan
             rows.append({"step": k, "end_s": x.end, "step_s": step, "generation_s": wait - last,
                          "last_group_s": last, "train_s": x.train, "sync_s": x.sync,
-                         "samples": x.samples, "masked": x.masked, "rollout_s": x.rollout,
+                         "samples": x.samples, "masked": x.masked, "rollout_s": max(wait, 0.0),
                          "trainer_busy_s": x.train + x.sync, "trainer_idle_s": max(wait, 0.0),
                          "rollouter_idle_ratio": idle, "stale_samples": x.stale,
                          "partial_samples": x.partial})  # fmt: skip

@@ -1,0 +1,215 @@
+"""A training profile fitted from training-run logs (:mod:`.training_logs`): the response-length
+law, the engines' generation throughput, the trainer's tokens per GPU-second by placement, the
+log-prob pass's rate, weight sync and the other critical-path seconds, with block-bootstrap refits
+over consecutive steps (docs/calibration.md, "Calibrate the GPU side from a training run's logs").
+
+The trainer: each run's mean update seconds against its tokens trained per GPU, ``update = a +
+(tokens / GPUs) / rate``. Runs at two GPU counts or more fit both (least squares); one count
+fits ``rate`` with ``a = 0``. Fitted on colocated runs, ``a`` is the colocated switching cost per
+step (``train_time.colocated.fitted_s``: offload and reload, sleep and wake, resharding), which a
+disaggregated trainer does not pay; fitted on disaggregated runs, it is the saturation of the
+throughput per GPU (``tokens_half = a x rate``, docs/model.md, "The trainer")."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, stats
+
+from ..errors import InputError
+from .bootstrap import redraw
+
+STAGES = ("gen_s", "logprob_s", "ref_s", "adv_s", "reward_s", "update_s", "sync_s", "save_s")
+OFF_PATH = ("adv_s", "reward_s", "save_s")  # on the trainer's path, outside the update and the sync
+DEFAULT_REFITS = 200  # a refit is a few means and one least squares: 200 take well under a second
+METHOD = "moving-block bootstrap over consecutive steps, within each run (block: ceil(steps^(1/3)))"
+
+
+def run_means(table: pd.DataFrame, responses: int | None, gpus: int) -> dict[str, float]:
+    """One run's means, and its tokens trained and responses per step where the log gives them
+    (verl's tokens per data-parallel rank times the ``gpus`` that trained, when the total is not
+    logged: every trainer GPU a data-parallel rank, as FSDP runs them)."""
+    m = {q: float(table[q].mean()) for q in table.columns if table[q].notna().any()}
+    if "total_tokens" not in m and "tokens_per_rank" in m:
+        m["total_tokens"] = m["tokens_per_rank"] * gpus
+    per = m.get("prompt_mean", 0.0) + m.get("response_mean", 0.0)
+    if responses is None and "total_tokens" in m and per > 0:
+        responses = m["total_tokens"] / per
+    if "total_tokens" not in m and responses and per > 0:
+        m["total_tokens"] = responses * per
+    if responses:
+        m["responses"] = float(responses)
+    if "step_s" in m:
+        named = sum(m.get(s, 0.0) for s in STAGES)
+        m["other_s"] = max(m["step_s"] - named, 0.0)
+    if "response_max" in table:
+        m["response_top"] = float(table["response_max"].max())
+    return m
+
+
+def response_law(mean: float, cap: float, clip: float | None, responses: float | None) -> dict:
+    """Lognormal response length (in tokens) with the logged ``mean``: where a share ``clip`` is cut
+    at ``cap``, its sigma makes ``P(X > cap) = clip`` and ``E[min(X, cap)] = mean``; else ``cap``
+    (the longest response logged) is the 1-in-``responses`` quantile (1-in-1000 if unknown)."""
+    if clip and 0 < clip < 1 and cap > mean:
+        z = float(stats.norm.ppf(1.0 - clip))
+
+        def gap(s: float) -> float:
+            mu = math.log(cap) - s * z
+            body = math.exp(mu + s * s / 2) * stats.norm.cdf((math.log(cap) - mu - s * s) / s)
+            return body + cap * clip - mean
+
+        hi = 10.0
+        if gap(1e-3) * gap(hi) > 0:
+            raise InputError(
+                f"response_length: no lognormal has mean {mean:.1f} with {clip:.3f} of responses "
+                f"cut at {cap:.0f}."
+            )
+        sigma = optimize.brentq(gap, 1e-3, hi)
+        median = cap / math.exp(sigma * z)
+        how = "derived: P(X > max) = clip_ratio and E[min(X, max)] = mean"
+    else:
+        z = float(stats.norm.ppf(1.0 - 1.0 / max(responses or 1000.0, 2.0)))
+        r = math.log(max(cap, mean * 1.0001) / mean)
+        sigma = z - math.sqrt(max(z * z - 2.0 * r, 0.0))  # ln(top / mean) = z s - s^2 / 2, the smaller root
+        sigma = max(sigma, 1e-3)
+        median = mean / math.exp(sigma * sigma / 2)
+        how = "derived: mean as logged, the longest response the 1-in-N quantile (N responses a step)"
+    return {"kind": "lognormal", "median": round(median, 3), "sigma": round(sigma, 5), "derivation": how}
+
+
+def trainer_fit(runs: list[dict], gpus: list[int]) -> tuple[float, float]:
+    """``(a, rate)`` of ``update = a + (tokens / GPUs) / rate`` over the runs' means, in relative
+    least squares (each run's error as a share of its update: the runs span several-fold)."""
+    x = np.array([r["total_tokens"] / g for r, g in zip(runs, gpus)])
+    y = np.array([r["update_s"] for r in runs])
+    if len(set(gpus)) >= 2:
+        design = np.column_stack([np.ones_like(x), x]) / y[:, None]
+        (a, slope), *_ = np.linalg.lstsq(design, np.ones_like(y), rcond=None)
+        if a >= 0 and slope > 0:
+            return float(a), float(1.0 / slope)
+    return 0.0, float(x.sum() / y.sum())
+
+
+def fit_training(runs: list[dict], gpus: list[int], placement: str) -> dict:
+    """The ``training:`` fragment a scenario imports, from the runs' means."""
+    missing = [q for q in ("update_s", "total_tokens") if any(q not in r for r in runs)]
+    if missing:
+        raise InputError(
+            f"the logs give no {missing[0]} for every run: the trainer's rate needs each step's update "
+            "seconds (verl timing_s/update_actor, AReaL timeperf/train_step, slime perf/actor_train_time, "
+            "SkyRL timing/policy_train) and its tokens trained (verl perf/total_num_tokens, or the "
+            "prompt and response lengths with --responses)."
+        )
+    a, rate = trainer_fit(runs, gpus)
+    tt: dict = {"kind": "flops", "tokens_per_gpu_second": round(rate, 4)}
+    with_lp = [(r, g) for r, g in zip(runs, gpus) if r.get("logprob_s")]
+    if with_lp:
+        gpu_s = sum(r["logprob_s"] * g for r, g in with_lp)
+        tt["logprob_tokens_per_gpu_second"] = round(sum(r["total_tokens"] for r, _ in with_lp) / gpu_s, 4)
+    tt["recompute_logprobs"] = bool(with_lp)
+    tt["reference_logprobs"] = any(r.get("ref_s") for r in runs)
+    if placement == "colocated":
+        tt["colocated"] = {"fitted_s": round(a, 4)}
+    else:
+        tt["tokens_half"] = round(a * rate, 2)
+    out = {"train_time": tt}
+    syncs = [r["sync_s"] for r in runs if "sync_s" in r]
+    if syncs:
+        out["weight_sync_time"] = round(float(np.mean(syncs)), 4)
+    path = [sum(r.get(s, 0.0) for s in OFF_PATH) + r.get("other_s", 0.0) for r in runs]
+    out["critical_path"] = round(float(np.mean(path)), 4)
+    return out
+
+
+def generation_points(runs: list[dict], gpus: list[int]) -> list[dict]:
+    """Each run's engines: response tokens per second against the responses in flight (the step's)."""
+    out = []
+    for r, g in zip(runs, gpus):
+        if r.get("gen_s") and r.get("responses") and r.get("response_mean"):
+            tps = r["responses"] * r["response_mean"] / r["gen_s"]
+            out.append({"gpus": g, "requests": round(r["responses"], 1), "tokens_per_s": round(tps, 2),
+                        "tokens_per_gpu_second": round(tps / g, 3)})  # fmt: skip
+    return out
+
+
+def _blocks(table: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
+    """A moving-block resample of a run's consecutive steps, as many as it had."""
+    n = len(table)
+    size = max(1, math.ceil(n ** (1 / 3)))
+    starts = rng.integers(0, n - size + 1, math.ceil(n / size))
+    idx = np.concatenate([np.arange(s, s + size) for s in starts])[:n]
+    return table.iloc[idx]
+
+
+def training_profile(
+    tables: list[pd.DataFrame],
+    gpus: list[int],
+    placement: str,
+    responses: int | None = None,
+    params_b: float | None = None,
+    refits: int = DEFAULT_REFITS,
+    seed: int = 0,
+) -> dict:
+    """The profile (``version: 1``): provenance, the fitted laws, the ``training`` fragment and refits."""
+    if len(gpus) == 1 and len(tables) > 1:
+        gpus = gpus * len(tables)
+    if len(gpus) != len(tables):
+        raise InputError(f"--gpus: give one GPU count, or one per log file ({len(tables)}), got {len(gpus)}.")
+    runs = [run_means(t, responses, g) for t, g in zip(tables, gpus)]
+    training = fit_training(runs, gpus, placement)
+    if params_b is not None:
+        training["model"] = {"params_b": params_b}
+    top = max(r.get("response_top", 0.0) for r in runs)
+    logged = [r["response_mean"] for r in runs if "response_mean" in r]
+    mean = float(np.mean(logged)) if len(logged) == len(runs) else None
+    profile: dict = {
+        "version": 1,
+        "kind": "training",
+        "provenance": {
+            "sources": [t.attrs.get("source", "?") for t in tables],
+            "framework": tables[0].attrs.get("framework"),
+            "kind": [t.attrs.get("kind") for t in tables],
+            "steps": [[int(t.index.min()), int(t.index.max()), len(t)] for t in tables],
+            "gpus": gpus,
+            "placement": placement,
+            "made_by": "simrollout calibrate --training",
+        },
+    }
+    if mean is not None and top > 0:
+        clip = float(np.mean([r.get("clip_ratio", 0.0) for r in runs]))
+        law = response_law(mean, top, clip, max((r.get("responses") or 0) for r in runs) or None)
+        extra = {"mean": round(mean, 3), "max_tokens": top, "clip_ratio": round(clip, 5)}
+        profile["response_length"] = {**law, **extra}
+    profile["generation"] = generation_points(runs, gpus)
+    profile["stages"] = [{q: round(v, 4) for q, v in r.items()} for r in runs]
+    profile["training"] = training
+    profile["uncertainty"] = _uncertainty(tables, gpus, placement, responses, training, refits, seed)
+    return profile
+
+
+def _uncertainty(tables, gpus, placement, responses, point, refits, seed) -> dict:
+    if not refits or all(len(t) < 2 for t in tables):
+        why = "no refits (--bootstrap 0)" if not refits else "no refits (every run has one step)"
+        return {"method": f"none: {why}", "refits": 0, "seed": seed}
+
+    def one(rng: np.random.Generator) -> dict:
+        means = [run_means(_blocks(t, rng), responses, g) for t, g in zip(tables, gpus)]
+        return fit_training(means, gpus, placement)
+
+    fits, _, why = redraw(one, refits, seed)
+    values = {"tokens_per_gpu_second": [f["train_time"]["tokens_per_gpu_second"] for f in fits],
+              "critical_path": [f["critical_path"] for f in fits]}  # fmt: skip
+    ref = {"tokens_per_gpu_second": point["train_time"]["tokens_per_gpu_second"],
+           "critical_path": point["critical_path"]}  # fmt: skip
+    if "weight_sync_time" in point:
+        values["weight_sync_time"] = [f["weight_sync_time"] for f in fits]
+        ref["weight_sync_time"] = point["weight_sync_time"]
+    spread = {k: {"p5": round(float(np.percentile(v, 5)), 4), "p95": round(float(np.percentile(v, 95)), 4),
+                  "point": ref[k]} for k, v in values.items()}  # fmt: skip
+    out = {"method": METHOD, "refits": len(fits), "seed": seed, "spread": spread, "training": fits}
+    if why:
+        out["stopped"] = why
+    return out

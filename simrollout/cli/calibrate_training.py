@@ -1,0 +1,83 @@
+"""``simrollout calibrate --training LOGS... --gpus N -o PROFILE.yaml``: a training profile from a
+training run's metric logs (docs/calibration.md, "Calibrate the GPU side from a training run's logs")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from ..errors import InputError
+
+
+def is_training_log(path: Path) -> bool:
+    """True unless the file's first line is a probe record (a JSON object with a ``phase``)."""
+    if not path.is_file():
+        return False
+    with path.open("rb") as f:
+        first = f.readline(1_000_000).strip()
+    try:
+        rec = json.loads(first)
+    except ValueError:
+        return True
+    return not (isinstance(rec, dict) and "phase" in rec)
+
+
+def _gpus(text: str | None) -> list[int]:
+    if text is None:
+        raise InputError(
+            "--gpus: training logs need the GPUs that trained (one count, or one per file: 32,64,128); "
+            "the logs do not say it."
+        )
+    try:
+        out = [int(x) for x in text.split(",")]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise InputError(f"--gpus: expected positive GPU counts separated by commas, got '{text}'.")
+    return out
+
+
+def calibrate_training(files, out, gpus, placement, framework, responses, params_b, bootstrap, seed) -> None:
+    from ..calibration.calibrate import write_profile
+    from ..calibration.training_fit import DEFAULT_REFITS, training_profile
+    from ..calibration.training_logs import NAMES, read_training_log
+    from ..errors import naming
+
+    if out.is_dir():
+        raise InputError(f"-o {out}: is a directory; expected the profile YAML file to write.")
+    if placement not in ("colocated", "disaggregated"):
+        raise InputError(f"--placement: expected colocated or disaggregated, got '{placement}'.")
+    if framework is not None and framework not in NAMES:
+        raise InputError(f"--framework: expected one of {', '.join(NAMES)}, got '{framework}'.")
+    for opt, v in (("--responses", responses), ("--params-b", params_b), ("--bootstrap", bootstrap)):
+        if v is not None and (v < 0 or (v == 0 and opt != "--bootstrap")):
+            raise InputError(f"{opt}: expected a positive number, got {v}.")
+    counts = _gpus(gpus)
+    tables = [read_training_log(f, framework) for f in files]
+    with naming(files):
+        profile = training_profile(
+            tables, counts, placement, responses, params_b,
+            DEFAULT_REFITS if bootstrap is None else bootstrap, seed,
+        )  # fmt: skip
+    write_profile(profile, out)
+    tt, prov = profile["training"]["train_time"], profile["provenance"]
+    steps = sum(s[2] for s in prov["steps"])
+    typer.echo(f"read {steps} steps of {prov['framework']} from {len(files)} file(s)")
+    typer.echo(f"trainer: {tt['tokens_per_gpu_second']:,.1f} tokens/s/GPU ({placement}), "
+               f"colocated cost {tt.get('colocated', {}).get('fitted_s', 0.0):.2f} s/step, "
+               f"tokens_half {tt.get('tokens_half', 0.0):,.0f}")  # fmt: skip
+    if "logprob_tokens_per_gpu_second" in tt:
+        typer.echo(f"log-prob pass: {tt['logprob_tokens_per_gpu_second']:,.1f} tokens/s/GPU")
+    tr = profile["training"]
+    sync = tr.get("weight_sync_time", "not logged")
+    typer.echo(f"weight sync {sync} s, critical path {tr['critical_path']} s/step")
+    unc = profile["uncertainty"]
+    if unc["refits"]:
+        s = unc["spread"]["tokens_per_gpu_second"]
+        band = f"{s['p5']:,.1f}-{s['p95']:,.1f}"
+        typer.echo(f"bootstrap: {unc['refits']} refits; tokens/s/GPU 5th-95th percentile {band}")
+    else:
+        typer.echo(f"bootstrap: {unc['method']}")
+    typer.echo(f"wrote {out}")

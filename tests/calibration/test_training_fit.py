@@ -1,0 +1,97 @@
+"""The training profile's fit (simrollout.calibration.training_fit): known answers, the published
+verl sync rows predicting the held-out async trainer, and the bootstrap's band."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simrollout.calibration.training_fit import fit_training, response_law, trainer_fit, training_profile
+from simrollout.calibration.training_logs import read_training_log
+from simrollout.scenario.trainer import ColocatedCosts, FlopsTime, ModelSize
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "training_logs"
+
+
+def test_response_law_through_the_clip_ratio():
+    # lognormal median 300, sigma 0.5, cut at 1,000: P(X > 1000) = 1 - Phi(ln(1000/300)/0.5)
+    # = 0.0080213; E[min(X, 1000)] = 300 e^0.125 Phi(1.90795) + 1000 x 0.0080213 = 338.3797
+    law = response_law(338.3797, 1000.0, 0.0080213, None)
+    assert law["median"] == pytest.approx(300.0, rel=1e-3) and law["sigma"] == pytest.approx(0.5, rel=1e-3)
+
+
+def test_response_law_through_the_longest_response():
+    # no clipping: mean 300, the longest of 1,000 at the 1-in-1000 quantile (z = 3.0902):
+    # sigma = z - sqrt(z^2 - 2 ln(1000/300)) = 0.41786, median = 300 / e^(sigma^2/2) = 274.92
+    law = response_law(300.0, 1000.0, 0.0, 1000)
+    assert law["sigma"] == pytest.approx(0.41786, abs=1e-5) and law["median"] == pytest.approx(
+        274.92, abs=0.01
+    )
+
+
+def test_trainer_fit_separates_the_colocated_cost_from_the_rate():
+    # 6.4M tokens a step at 1,000 tokens/s/GPU plus 40 s: 240, 140 and 90 s on 32, 64, 128 GPUs
+    runs = [{"update_s": 40 + 6400 / g, "total_tokens": 6.4e6} for g in (32, 64, 128)]
+    a, rate = trainer_fit(runs, [32, 64, 128])
+    assert (a, rate) == pytest.approx((40.0, 1000.0))
+    fit = fit_training(runs, [32, 64, 128], "colocated")
+    assert fit["train_time"]["colocated"] == {"fitted_s": 40.0}
+    # the same rate on a disaggregated trainer of 16 GPUs, without the colocated cost: 400 s
+    tt = FlopsTime.model_validate({**fit["train_time"], "recompute_logprobs": False})
+    assert tt.seconds(6.4e6, 16, ModelSize(params_b=7.0)) == pytest.approx(400.0)
+    # fitted on disaggregated runs, the intercept is the saturation: tokens_half = 40 x 1,000
+    assert fit_training(runs, [32, 64, 128], "disaggregated")["train_time"]["tokens_half"] == 40000.0
+
+
+def test_verl_sync_rows_predict_the_held_out_async_trainer():
+    """verl's published fully-async table (validation/training/published.csv): fitted on the three
+    colocated sync rows, the disaggregated trainer's update_actor of the async rows within 20%
+    (373, 187, 93 s against 313.81, 156.98, 113.16), where ideal 1/GPUs scaling of one rate (no
+    colocated cost) predicts 661, 331, 165 s (+46% to +111%)."""
+    table = pd.read_csv(ROOT / "validation" / "training" / "published.csv")
+    verl = table[table["target"] == "verl"]
+    sync, held = verl[verl["mode"] == "sync"], verl[verl["row"].str.startswith("async")]
+    tokens = 512 * 16 * 1000.0  # the same tokens every row (not published): it cancels out
+    runs = [{"update_s": r.update_actor, "total_tokens": tokens} for r in sync.itertuples()]
+    fit = fit_training(runs, sync["gpus"].astype(int).tolist(), "colocated")["train_time"]
+    tt = FlopsTime.model_validate({**fit, "colocated": None, "recompute_logprobs": False})
+    ideal = tokens * len(runs) / float((sync["update_actor"] * sync["gpus"]).sum())  # one rate, a = 0
+    model = ModelSize(params_b=7.6)
+    for r in held.itertuples():
+        pred = tt.seconds(tokens, int(r.train_gpus), model)
+        assert abs(pred / r.update_actor - 1) < 0.20, (r.row, pred)
+    misses = [abs(tokens / (int(r.train_gpus) * ideal) / r.update_actor - 1) for r in held.itertuples()]
+    assert min(misses) > 0.45
+    cost = ColocatedCosts.model_validate(fit["colocated"]).seconds(32, model)
+    assert 40 < cost < 70  # s per colocated step the disaggregated trainer does not pay
+
+
+def test_profile_from_a_real_log_and_its_bootstrap_band():
+    t = read_training_log(DATA / "verl_issue1208_step2.log")
+    prof = training_profile([t], [8], "colocated", refits=20)
+    tt = prof["training"]["train_time"]
+    # 547,190.5 tokens per rank x 8 ranks / (8 GPUs x 14.302 s) = 38,259.7 tokens/s/GPU
+    assert tt["tokens_per_gpu_second"] == pytest.approx(547190.5 / 14.302, rel=1e-6)
+    # critical path: adv 1.167 + the step's unnamed rest 96.551 - (74.020 + 3.566 + 3.420 + 1.167 + 14.302)
+    assert prof["training"]["critical_path"] == pytest.approx(1.167 + 0.076, abs=1e-3)
+    assert prof["uncertainty"]["refits"] == 0  # one step cannot be resampled
+    assert prof["provenance"]["steps"] == [[2, 2, 1]]
+    # the band over steps: the verl sync rows as three steps of one run
+    table = pd.read_csv(ROOT / "validation" / "training" / "published.csv")
+    sync = table[(table["target"] == "verl") & (table["mode"] == "sync")]
+    steps = pd.DataFrame({"update_s": sync["update_actor"].to_numpy(), "total_tokens": 8.192e6,
+                          "gen_s": sync["gen"].to_numpy(), "step_s": sync["step"].to_numpy()},
+                         index=pd.Index([1, 2, 3], name="step"))  # fmt: skip
+    prof = training_profile([steps], [64], "colocated", refits=50, seed=3)
+    unc = prof["uncertainty"]
+    assert unc["refits"] == 50 and len(unc["training"]) == 50
+    for s in unc["spread"].values():
+        assert s["p5"] <= s["point"] <= s["p95"]
+    assert unc["spread"]["tokens_per_gpu_second"]["p5"] < unc["spread"]["tokens_per_gpu_second"]["p95"]
+    again = training_profile([steps], [64], "colocated", refits=50, seed=3)
+    assert again["uncertainty"] == unc  # the same seed, the same refits
+    assert np.isfinite(prof["training"]["critical_path"])

@@ -1,0 +1,87 @@
+"""Training-run log readers (simrollout.calibration.training_logs) on real logs pasted in public
+issues (tests/data/training_logs/PROVENANCE.md): each reads the numbers the file shows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simrollout.calibration.training_logs import read_training_log
+from simrollout.errors import InputError
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "training_logs"
+
+
+def test_verl_console_line_of_issue_1208():
+    t = read_training_log(DATA / "verl_issue1208_step2.log")
+    assert t.attrs["framework"] == "verl" and t.attrs["kind"] == "console"
+    assert list(t.index) == [2]  # "step:2"
+    row = t.loc[2]
+    expected = {"gen_s": 74.020, "logprob_s": 3.566, "ref_s": 3.420, "adv_s": 1.167, "update_s": 14.302,
+                "step_s": 96.551, "response_mean": 324.958, "response_max": 1024.0, "clip_ratio": 0.004,
+                "prompt_mean": 102.534, "tokens_per_rank": 547190.5}  # fmt: skip
+    assert row.to_dict() == pytest.approx(expected)
+
+
+def test_verl_fragment_without_a_step_of_issue_7412():
+    t = read_training_log(DATA / "verl_issue7412_step34.log")
+    assert list(t.index) == [1]  # no step in the fragment: numbered by line
+    row = t.loc[1]
+    assert row["gen_s"] == pytest.approx(541.1881153844297)
+    assert row["update_s"] == pytest.approx(472.1077583655715)
+    assert row["sync_s"] == pytest.approx(5.82697419822216)
+    assert row["step_s"] == pytest.approx(1163.9566092677414)
+    assert row["reward_s"] == pytest.approx(5.0749629735946655e-05)
+    assert "total_tokens" not in t  # "perf/total_num_t" is cut off in the issue: no value
+
+
+def test_verl_step_80_of_the_sglang_tutorial_issue():
+    t = read_training_log(DATA / "verl_sglang_tutorial_issue106_step80.log")
+    assert list(t.index) == [80]
+    row = t.loc[80]
+    assert (row["gen_s"], row["reward_s"], row["response_mean"], row["clip_ratio"]) == pytest.approx(
+        (29.316, 1.036, 326.241, 0.008)
+    )
+    assert row["tokens_per_rank"] == pytest.approx(353399.375)
+
+
+def test_slime_printed_dict_and_the_tie_between_frameworks():
+    path = DATA / "slime_issue385.log"
+    with pytest.raises(InputError, match="slime_issue385.log: holds as many metric names of verl and slime"):
+        read_training_log(path)
+    assert read_training_log(path, "slime")["gen_s"].tolist() == pytest.approx([245.61117100715637])
+    assert read_training_log(path, "verl")["step_s"].tolist() == pytest.approx([33.635794281959534])
+
+
+def test_jsonl_json_and_wandb_csv_layouts_read_the_same_numbers(tmp_path):
+    """No committed W&B or JSONL export with these names was found; the real line's numbers are
+    written in each layout (verl's JSONL logger, W&B's history, W&B's panel CSV export)."""
+    real = read_training_log(DATA / "verl_issue1208_step2.log")
+    names = {"gen_s": "timing_s/gen", "update_s": "timing_s/update_actor", "step_s": "timing_s/step",
+             "response_mean": "response_length/mean"}  # fmt: skip
+    metrics = {names[q]: float(real.loc[2, q]) for q in names}
+    (tmp_path / "m.jsonl").write_text(json.dumps({"step": 2, "data": metrics}) + "\n")
+    (tmp_path / "m.json").write_text(json.dumps({"_step": [2], **{k: [v] for k, v in metrics.items()}}))
+    header = ["Step"] + [f"run-a - {k}" for k in metrics] + [f"run-a - {k}__MIN" for k in metrics]
+    row = ["2"] + [repr(v) for v in metrics.values()] + ["0"] * len(metrics)
+    (tmp_path / "m.csv").write_text(",".join(header) + "\n" + ",".join(row) + "\n")
+    for name, kind in (("m.jsonl", "jsonl"), ("m.json", "json"), ("m.csv", "csv")):
+        t = read_training_log(tmp_path / name)
+        assert t.attrs["kind"] == kind and list(t.index) == [2], name
+        assert t.loc[2].to_dict() == pytest.approx({q: real.loc[2, q] for q in names}), name
+
+
+def test_a_file_of_no_known_framework_says_what_was_expected(tmp_path):
+    bad = tmp_path / "train.log"
+    bad.write_text("epoch 1 loss:0.5 - lr:0.001\n")
+    with pytest.raises(InputError) as exc:
+        read_training_log(bad)
+    msg = str(exc.value)
+    assert msg.startswith(str(bad)) and "\n" not in msg
+    assert "timing_s/gen" in msg and "timeperf/rollout" in msg and "perf/rollout_time" in msg
+    broken = tmp_path / "m.jsonl"
+    broken.write_text('{"step": 1, "timing_s/gen": 3}\n{"step": 2,\n')
+    with pytest.raises(InputError, match="m.jsonl: line 2: not a JSON object"):
+        read_training_log(broken)
