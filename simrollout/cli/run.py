@@ -31,20 +31,27 @@ def run(
         "first cell to this file (default: none).",
     ),
     explain: bool = typer.Option(False, "--explain", help="Also print what every column of the table means."),
+    set_: list[str] = typer.Option(
+        [],
+        "--set",
+        help="PATH=VALUE (repeatable): set a field of the scenario file before it is read, the value as "
+        "YAML, e.g. training.mode=async or 'workload={import: profile.yaml}' (default: none).",
+    ),
     uncertainty: bool = typer.Option(
         False,
         "--uncertainty",
-        help="Also re-simulate over the profiles' bootstrap refits (common random numbers): "
-        "<metric>_lo/_hi (5th/95th percentile) beside the headline metrics.",
+        help="Also re-simulate over the profiles' bootstrap refits (common random numbers), and a "
+        "training profile's refits (the first 20): <metric>_lo/_hi (5th/95th percentile) beside the "
+        "headline metrics.",
     ),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
     from ..api import override
     from ..run.executors import run_scenario
     from ..run.report import print_table, write_results
-    from ..scenario import load_scenario
+    from ..whatif.training_bands import load_with_sets
 
-    scn = load_scenario(scenario)
+    data, scn = load_with_sets(scenario, set_)
     over = {k: v for k, v in {"seed": seed, "fidelity": fidelity}.items() if v is not None}
     if over:
         scn = override(scn, over)
@@ -74,6 +81,12 @@ def run(
 
             bar.update(task, description="bands")
             result = with_bands(scn, result, jobs, executor, None, address)
+            if scn.training is not None:
+                from ..whatif.training_bands import with_training_band
+
+                if over:
+                    data = {**data, **over}
+                result = with_training_band(data, scenario, result, jobs, executor, address)
         paths = write_results(result, tmp)
     print_table(result)
     if explain:

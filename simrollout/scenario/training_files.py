@@ -1,7 +1,7 @@
 """``training: {import: PATH, ...}`` in a scenario: a training profile's ``training`` fragment
 (written by ``simrollout calibrate --training``) laid under the section's own fields, which
 override it, before validation. ``refit: K`` takes the profile's K-th bootstrap refit instead of
-its point fit (docs/scenario.md, "training")."""
+its point fit; a field set to null takes the profile's (docs/scenario.md, "training")."""
 
 from __future__ import annotations
 
@@ -31,5 +31,6 @@ def expand_training(tr: dict, scenario: Path) -> dict:
                 f"({path} holds {len(refits)} refits), got {k!r}."
             )
         base = merge(base, refits[k])
-    over = {key: v for key, v in tr.items() if key not in ("import", "refit")}
+    # a field set to null takes the profile's (e.g. the assumed train_time an import wrote)
+    over = {key: v for key, v in tr.items() if key not in ("import", "refit") and v is not None}
     return merge(base, over)
