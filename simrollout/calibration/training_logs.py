@@ -263,10 +263,11 @@ def read_training_log(path: str | Path, framework: str | None = None) -> pd.Data
 
 
 def split_runs(
-    tables: list[pd.DataFrame], rows: list[str] | None = None
+    tables: list[pd.DataFrame], rows: list[str] | None = None, need_gpus: bool = True
 ) -> tuple[list[pd.DataFrame], list[int]]:
     """A table of several runs' means (a ``gpus`` column, and a ``row`` or ``run`` name per row)
-    split into one table per run with its GPU count; ``rows``: only the rows of those names."""
+    split into one table per run with its GPU count; ``rows``: only the rows of those names.
+    ``need_gpus`` False (``--gpus`` given): a table without the column stays one run (count 0)."""
     out, counts = [], []
     for t in tables:
         if rows is not None:
@@ -280,6 +281,10 @@ def split_runs(
                                  f"the rows are {', '.join(t['label'])}.")  # fmt: skip
             t = t[t["label"].isin(rows)]
         if "gpus" not in t or t["gpus"].isna().any():
+            if not need_gpus:  # --gpus gives them: the rows chosen are one run
+                out.append(t)
+                counts.append(0)
+                continue
             raise InputError(
                 f"{t.attrs['source']}: --gpus not given and the table has no 'n_gpus' or 'gpus' column "
                 "for every row; give the GPUs that trained with --gpus."

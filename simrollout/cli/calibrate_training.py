@@ -60,7 +60,7 @@ def calibrate_training(files, out, gpus, placement, framework, responses, params
     tables = [read_training_log(f, framework) for f in files]
     wanted = [r.strip() for r in rows.split(",")] if rows else None
     if gpus is None or wanted is not None:
-        tables, found = split_runs(tables, wanted)
+        tables, found = split_runs(tables, wanted, gpus is None)
     counts = _gpus(gpus) if gpus is not None else found
     tables = [t.drop(columns=[c for c in ("label", "gpus") if c in t]) for t in tables]
     with naming(files):
