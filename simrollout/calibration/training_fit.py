@@ -23,14 +23,20 @@ from .bootstrap import redraw
 
 STAGES = ("gen_s", "logprob_s", "ref_s", "adv_s", "reward_s", "update_s", "sync_s", "save_s")
 OFF_PATH = ("adv_s", "reward_s", "save_s")  # on the trainer's path, outside the update and the sync
+# a sync step's share on the trainer (update and log-prob passes) where a log gives the step alone:
+# the median over the published input rows that split it (verl 0.47, 0.56, 0.47; verl one-step-off
+# 0.50, 0.66; vime Setup 2 0.46), validation/training/README.md
+TRAIN_SHARE = 0.5
 SIGMA = 0.5  # a response's spread when the logs give no lengths: verl logs' clip-ratio fits, 0.47 and 0.53
 DEFAULT_REFITS = 200  # a refit is a few means and one least squares: 200 take well under a second
 JACKKNIFE = "jackknife over runs (every run one step: each refit leaves one run out)"
 METHOD = "moving-block bootstrap over consecutive steps, within each run (block: ceil(steps^(1/3)))"
 
 
-def run_means(table: pd.DataFrame, responses: int | None, gpus: int) -> dict[str, float]:
-    """One run's means, and its tokens trained and responses per step where the log gives them
+def run_means(table: pd.DataFrame, responses: int | None, gpus: int, train_share: float | None = None) -> dict:
+    """One run's means, and its tokens trained and responses per step where the log gives them;
+    a sync run logging its step seconds alone is split ``train_share`` to the trainer, the rest to
+    generation
     (verl's tokens per data-parallel rank times the ``gpus`` that trained, when the total is not
     logged: every trainer GPU a data-parallel rank, as FSDP runs them)."""
     m = {q: float(table[q].mean()) for q in table.columns if table[q].notna().any()}
@@ -38,6 +44,8 @@ def run_means(table: pd.DataFrame, responses: int | None, gpus: int) -> dict[str
         m["update_s"] = m.pop("train_s")
     if "gen_s" not in m and "wait_s" in m:  # a sync trainer waits for its batch's generation
         m["gen_s"] = m.pop("wait_s")
+    if "update_s" not in m and "gen_s" not in m and "step_s" in m and train_share:  # the step alone
+        m["update_s"], m["gen_s"] = train_share * m["step_s"], (1.0 - train_share) * m["step_s"]
     if "total_tokens" not in m and "tokens_per_rank" in m:
         m["total_tokens"] = m["tokens_per_rank"] * gpus
     per = m.get("prompt_mean", 0.0) + m.get("response_mean", 0.0)
@@ -194,13 +202,14 @@ def training_profile(
     refits: int = DEFAULT_REFITS,
     seed: int = 0,
     sigma: float = SIGMA,
+    train_share: float = TRAIN_SHARE,
 ) -> dict:
     """The profile (``version: 1``): provenance, the fitted laws, the ``training`` fragment and refits."""
     if len(gpus) == 1 and len(tables) > 1:
         gpus = gpus * len(tables)
     if len(gpus) != len(tables):
         raise InputError(f"--gpus: give one GPU count, or one per log file ({len(tables)}), got {len(gpus)}.")
-    runs = [run_means(t, responses, g) for t, g in zip(tables, gpus)]
+    runs = [run_means(t, responses, g, train_share) for t, g in zip(tables, gpus)]
     training = fit_training(runs, gpus, placement)
     if params_b is not None:
         training["model"] = {"params_b": params_b}
@@ -238,12 +247,12 @@ def training_profile(
     return profile
 
 
-def _jackknife(tables, gpus, placement, responses, params_b) -> list[dict]:
+def _jackknife(tables, gpus, placement, responses, params_b, share) -> list[dict]:
     """Tables of one mean a run: the fits with one run left out (those that still fit)."""
     fits = []
     for i in range(len(tables)):
         keep = [j for j in range(len(tables)) if j != i]
-        runs = [run_means(tables[j], responses, gpus[j]) for j in keep]
+        runs = [run_means(tables[j], responses, gpus[j], share) for j in keep]
         fit = fit_training(runs, [gpus[j] for j in keep], placement)
         if params_b is not None:
             fit["model"] = {"params_b": params_b}
@@ -251,11 +260,11 @@ def _jackknife(tables, gpus, placement, responses, params_b) -> list[dict]:
     return fits
 
 
-def _uncertainty(tables, gpus, placement, responses, point, refits, seed, params_b=None) -> dict:
+def _uncertainty(tables, gpus, placement, responses, point, refits, seed, params_b=None, share=None) -> dict:
     one_step = all(len(t) < 2 for t in tables)
     why = None
     if refits and one_step and len(tables) >= 3:
-        fits, method = _jackknife(tables, gpus, placement, responses, params_b), JACKKNIFE
+        fits, method = _jackknife(tables, gpus, placement, responses, params_b, share), JACKKNIFE
     elif not refits or one_step:
         why = (
             "no refits (--bootstrap 0)"
@@ -266,7 +275,7 @@ def _uncertainty(tables, gpus, placement, responses, point, refits, seed, params
     else:
 
         def one(rng: np.random.Generator) -> dict:
-            means = [run_means(_blocks(t, rng), responses, g) for t, g in zip(tables, gpus)]
+            means = [run_means(_blocks(t, rng), responses, g, share) for t, g in zip(tables, gpus)]
             fit = fit_training(means, gpus, placement)
             return {**fit, "model": {"params_b": params_b}} if params_b is not None else fit
 

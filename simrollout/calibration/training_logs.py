@@ -242,6 +242,8 @@ def read_training_log(path: str | Path, framework: str | None = None) -> pd.Data
     rows, steps, labels = [], [], []
     for i, rec in enumerate(records):
         row = {q: rec[name] for name, q in names.items() if name in rec}
+        if "step_s" not in row and rec.get("training_hours") and rec.get("ppo_steps"):
+            row["step_s"] = rec["training_hours"] * 3600.0 / rec["ppo_steps"]  # a run's wall hours
         if not row:
             continue
         for g in GPU_COLUMNS:

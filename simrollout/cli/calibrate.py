@@ -89,6 +89,11 @@ def calibrate(
         help="Training logs: the lognormal sigma of a response's generation seconds, for the rollout "
         "fitted from generation seconds (default 0.5: verl logs' response lengths).",
     ),
+    train_share: float = typer.Option(
+        0.5,
+        help="Training logs giving a sync step's seconds alone: its share on the trainer, the rest "
+        "generation (default 0.5: the published sync rows that split their step).",
+    ),
 ) -> None:
     """Fit latency distributions to probe records and write a substrate profile (or, from
     ``probe openai`` records, an engine profile; from a training run's logs, a training profile)."""
@@ -97,7 +102,7 @@ def calibrate(
     from .calibrate_training import calibrate_training, is_training_log
 
     if probes and (training or any(is_training_log(p) for p in probes)):
-        args = (gpus, placement, framework, responses, params_b, bootstrap, seed, rows, response_sigma)
+        args = (gpus, placement, framework, responses, params_b, bootstrap, seed, rows, response_sigma, train_share)
         return calibrate_training(probes, out, *args)
 
     from ..calibration.calibrate import calibrate as fit

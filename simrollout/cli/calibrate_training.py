@@ -40,7 +40,7 @@ def _gpus(text: str | None) -> list[int]:
 
 
 def calibrate_training(files, out, gpus, placement, framework, responses, params_b, bootstrap, seed,
-                       rows=None, sigma=0.5) -> None:  # fmt: skip
+                       rows=None, sigma=0.5, train_share=0.5) -> None:  # fmt: skip
     from ..calibration.calibrate import write_profile
     from ..calibration.training_fit import DEFAULT_REFITS, training_profile
     from ..calibration.training_logs import NAMES, read_training_log, split_runs
@@ -57,6 +57,8 @@ def calibrate_training(files, out, gpus, placement, framework, responses, params
             raise InputError(f"{opt}: expected a positive number, got {v}.")
     if sigma <= 0:
         raise InputError(f"--response-sigma: expected a positive number, got {sigma}.")
+    if not 0 < train_share < 1:
+        raise InputError(f"--train-share: expected a share between 0 and 1, got {train_share}.")
     tables = [read_training_log(f, framework) for f in files]
     wanted = [r.strip() for r in rows.split(",")] if rows else None
     if gpus is None or wanted is not None:
@@ -66,7 +68,7 @@ def calibrate_training(files, out, gpus, placement, framework, responses, params
     with naming(files):
         profile = training_profile(
             tables, counts, placement, responses, params_b,
-            DEFAULT_REFITS if bootstrap is None else bootstrap, seed, sigma,
+            DEFAULT_REFITS if bootstrap is None else bootstrap, seed, sigma, train_share,
         )  # fmt: skip
     write_profile(profile, out)
     tt, prov = profile["training"]["train_time"], profile["provenance"]
