@@ -33,7 +33,9 @@ JACKKNIFE = "jackknife over runs (every run one step: each refit leaves one run 
 METHOD = "moving-block bootstrap over consecutive steps, within each run (block: ceil(steps^(1/3)))"
 
 
-def run_means(table: pd.DataFrame, responses: int | None, gpus: int, train_share: float | None = None) -> dict:
+def run_means(
+    table: pd.DataFrame, responses: int | None, gpus: int, train_share: float | None = None
+) -> dict:
     """One run's means, and its tokens trained and responses per step where the log gives them;
     a sync run logging its step seconds alone is split ``train_share`` to the trainer, the rest to
     generation

@@ -102,7 +102,18 @@ def calibrate(
     from .calibrate_training import calibrate_training, is_training_log
 
     if probes and (training or any(is_training_log(p) for p in probes)):
-        args = (gpus, placement, framework, responses, params_b, bootstrap, seed, rows, response_sigma, train_share)
+        args = (
+            gpus,
+            placement,
+            framework,
+            responses,
+            params_b,
+            bootstrap,
+            seed,
+            rows,
+            response_sigma,
+            train_share,
+        )
         return calibrate_training(probes, out, *args)
 
     from ..calibration.calibrate import calibrate as fit
