@@ -27,8 +27,10 @@ OFF_PATH = ("adv_s", "reward_s", "save_s")  # on the trainer's path, outside the
 # the median over the published input rows that split it (verl 0.47, 0.56, 0.47; verl one-step-off
 # 0.50, 0.66; vime Setup 2 0.46), validation/training/README.md
 TRAIN_SHARE = 0.5
+SHARES = (0.47, 0.56, 0.47, 0.50, 0.66, 0.46)  # those rows' shares: the refits of a split step
 SIGMA = 0.5  # a response's spread when the logs give no lengths: verl logs' clip-ratio fits, 0.47 and 0.53
 DEFAULT_REFITS = 200  # a refit is a few means and one least squares: 200 take well under a second
+SPLIT = "the step split at each trainer share of the published sync rows (SHARES), in place of --train-share"
 JACKKNIFE = "jackknife over runs (every run one step: each refit leaves one run out)"
 METHOD = "moving-block bootstrap over consecutive steps, within each run (block: ceil(steps^(1/3)))"
 
@@ -48,6 +50,7 @@ def run_means(
         m["gen_s"] = m.pop("wait_s")
     if "update_s" not in m and "gen_s" not in m and "step_s" in m and train_share:  # the step alone
         m["update_s"], m["gen_s"] = train_share * m["step_s"], (1.0 - train_share) * m["step_s"]
+        m["train_share"] = train_share
     if "total_tokens" not in m and "tokens_per_rank" in m:
         m["total_tokens"] = m["tokens_per_rank"] * gpus
     per = m.get("prompt_mean", 0.0) + m.get("response_mean", 0.0)
@@ -244,7 +247,7 @@ def training_profile(
     profile["stages"] = [{q: round(v, 4) for q, v in r.items()} for r in runs]
     profile["training"] = training
     profile["uncertainty"] = _uncertainty(
-        tables, gpus, placement, responses, training, refits, seed, params_b
+        tables, gpus, placement, responses, training, refits, seed, params_b, train_share
     )
     return profile
 
@@ -265,7 +268,15 @@ def _jackknife(tables, gpus, placement, responses, params_b, share) -> list[dict
 def _uncertainty(tables, gpus, placement, responses, point, refits, seed, params_b=None, share=None) -> dict:
     one_step = all(len(t) < 2 for t in tables)
     why = None
-    if refits and one_step and len(tables) >= 3:
+    split = any("train_share" in run_means(t, responses, g, share) for t, g in zip(tables, gpus))
+    if refits and split:  # the step split by an assumed share: refit at each share the published rows gave
+        fits, method = [], SPLIT
+        for sh in SHARES:
+            fit = fit_training(
+                [run_means(t, responses, g, sh) for t, g in zip(tables, gpus)], gpus, placement
+            )
+            fits.append({**fit, "model": {"params_b": params_b}} if params_b is not None else fit)
+    elif refits and one_step and len(tables) >= 3:
         fits, method = _jackknife(tables, gpus, placement, responses, params_b, share), JACKKNIFE
     elif not refits or one_step:
         why = (

@@ -128,3 +128,17 @@ def test_a_table_of_seconds_counts_responses_and_refits_by_leaving_runs_out():
     assert sorted(b)[1] == pytest.approx(6656, rel=0.01)
     # leaving out 128: the line through 32 and 64 would need a < 0, so one rate (a = 0) is fitted
     assert max(b) == pytest.approx(8192 * (269.80 + 133.41) / (8192 / 32 + 8192 / 64), rel=0.01)
+
+
+def test_a_step_alone_is_split_by_the_train_share_and_refitted_at_the_published_shares():
+    from simrollout.calibration.training_fit import SHARES
+
+    table = pd.DataFrame({"step_s": [31.5]}, index=pd.Index([1], name="step"))
+    prof = training_profile([table], [2], "disaggregated", responses=32, train_share=0.5)
+    assert prof["stages"][0]["update_s"] == pytest.approx(15.75)
+    assert 32 / 2 / prof["training"]["train_time"]["tokens_per_gpu_second"] == pytest.approx(15.75, rel=1e-3)
+    fits = prof["uncertainty"]["training"]
+    assert len(fits) == len(SHARES)
+    updates = sorted(16 / f["train_time"]["tokens_per_gpu_second"] for f in fits)
+    assert updates[0] == pytest.approx(min(SHARES) * 31.5, rel=1e-3)
+    assert updates[-1] == pytest.approx(max(SHARES) * 31.5, rel=1e-3)
