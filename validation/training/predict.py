@@ -171,9 +171,13 @@ def results_table(rows: list[dict]) -> str:
              "| in band |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         inside = r["predicted_lo"] <= r["published"] <= r["predicted_hi"]
-        lines.append(f"| {r['target']} | {r['row']} | {r['published']:.2f} | {r['predicted']:.2f} | "
-                     f"{r['predicted_lo']:.2f}-{r['predicted_hi']:.2f} | {r['error_pct']:+.1f}% | "
-                     f"{'yes' if inside else 'no'} |")  # fmt: skip
+        band = (
+            "none (no refits)"
+            if math.isnan(r["predicted_lo"])
+            else f"{r['predicted_lo']:.2f}-{r['predicted_hi']:.2f}"
+        )
+        lines.append(f"| {r['target']} | {r['row']} | {r['published']:.2f} | {r['predicted']:.2f} | {band} | "
+                     f"{r['error_pct']:+.1f}% | {'yes' if inside else 'no'} |")  # fmt: skip
     lines.append("")
     lines.append("| target | held-out rows | MAPE | band coverage |")
     lines.append("|---|---|---|---|")
@@ -208,6 +212,18 @@ def write(rows: list[dict], csv_path: Path, readme: Path | None) -> None:
             readme.write_text(text)
 
 
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a predictions.csv, its figures as numbers (none: an empty list)."""
+    if not path.exists():
+        return []
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for c in COLUMNS[4:]:
+            r[c] = float(r[c]) if r[c] not in ("", None) else math.nan
+    return rows
+
+
 def read_published() -> dict:
     with (HERE / "published.csv").open() as f:
         return {(r["target"], r["row"]): r for r in csv.DictReader(f)}
@@ -218,16 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="tables to predict (default: all)")
     ap.add_argument("-o", "--out", type=Path, default=HERE / "predictions.csv")
     ap.add_argument("--no-readme", action="store_true", help="leave README.md as it is")
+    ap.add_argument("--table-only", action="store_true", help="only rewrite README's table from --out")
     args = ap.parse_args(argv)
+    if args.table_only:
+        write(read_rows(args.out), args.out, HERE / "README.md")
+        return 0
     published = read_published()
     targets = args.only or list(TABLES)
-    kept = []
-    if args.only and args.out.exists():
-        with args.out.open() as f:
-            kept = [r for r in csv.DictReader(f) if r["target"] not in targets]
-        for r in kept:
-            for c in COLUMNS[4:]:
-                r[c] = float(r[c]) if r[c] not in ("", None) else math.nan
+    kept = [r for r in read_rows(args.out) if r["target"] not in targets] if args.only else []
     rows = list(kept)
     with tempfile.TemporaryDirectory() as tmp:
         for target in targets:
