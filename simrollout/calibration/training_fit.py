@@ -103,7 +103,9 @@ def response_law(mean: float, cap: float, clip: float | None, responses: float |
 
 def trainer_fit(runs: list[dict], gpus: list[int]) -> tuple[float, float]:
     """``(a, rate)`` of ``update = a + (tokens / GPUs) / rate`` over the runs' means, in relative
-    least squares (each run's error as a share of its update: the runs span several-fold)."""
+    least squares (each run's error as a share of its update: the runs span several-fold); from
+    one GPU count, or where the two-term fit's intercept or slope comes out negative, ``a = 0``
+    and the rate of all the runs' tokens per GPU over all their update seconds."""
     x = np.array([r["total_tokens"] / g for r, g in zip(runs, gpus)])
     y = np.array([r["update_s"] for r in runs])
     if len(set(gpus)) >= 2:
@@ -147,14 +149,26 @@ def fit_training(runs: list[dict], gpus: list[int], placement: str) -> dict:
     return out
 
 
-def generation_points(runs: list[dict], gpus: list[int]) -> list[dict]:
-    """Each run's engines: response tokens per second against the responses in flight (the step's)."""
-    out = []
+def generation(runs: list[dict], gpus: list[int]) -> dict:
+    """The engines' response tokens per second against the responses in flight (each run's step,
+    all at once), per GPU; from two loads or more, the saturating law ``tokens/s/GPU = peak x r /
+    (r + requests_half)`` at ``r`` requests per GPU (least squares in the logs of the rates)."""
+    points = []
     for r, g in zip(runs, gpus):
         if r.get("gen_s") and r.get("responses") and r.get("response_mean"):
             tps = r["responses"] * r["response_mean"] / r["gen_s"]
-            out.append({"gpus": g, "requests": round(r["responses"], 1), "tokens_per_s": round(tps, 2),
-                        "tokens_per_gpu_second": round(tps / g, 3)})  # fmt: skip
+            points.append({"gpus": g, "requests": round(r["responses"], 1), "tokens_per_s": round(tps, 2),
+                           "tokens_per_gpu_second": round(tps / g, 3)})  # fmt: skip
+    out: dict = {"points": points}
+    load = np.array([p["requests"] / p["gpus"] for p in points])
+    rate = np.array([p["tokens_per_gpu_second"] for p in points])
+    if len(set(load.round(6))) >= 2:
+        fit = optimize.least_squares(
+            lambda q: np.log(q[0] * load / (load + q[1]) / rate), [rate.max() * 2, load.mean()],
+            bounds=([1e-9, 0.0], [np.inf, np.inf]),
+        )  # fmt: skip
+        out["law"] = {"peak_tokens_per_gpu_second": round(float(fit.x[0]), 3),
+                      "requests_half_per_gpu": round(float(fit.x[1]), 3)}  # fmt: skip
     return out
 
 
@@ -213,7 +227,10 @@ def training_profile(
     if len(gpus) == 1 and len(tables) > 1:
         gpus = gpus * len(tables)
     if len(gpus) != len(tables):
-        raise InputError(f"--gpus: give one GPU count, or one per log file ({len(tables)}), got {len(gpus)}.")
+        raise InputError(
+            f"--gpus: give one GPU count, or one per run ({len(tables)}: a file each, TensorBoard's "
+            f"one-metric files together one run), got {len(gpus)}."
+        )
     runs = [run_means(t, responses, g, train_share) for t, g in zip(tables, gpus)]
     training = fit_training(runs, gpus, placement)
     if params_b is not None:
@@ -239,7 +256,7 @@ def training_profile(
         law = response_law(mean, top, clip, max((r.get("responses") or 0) for r in runs) or None)
         extra = {"mean": round(mean, 3), "max_tokens": top, "clip_ratio": round(clip, 5)}
         profile["response_length"] = {**law, **extra}
-    profile["generation"] = generation_points(runs, gpus)
+    profile["generation"] = generation(runs, gpus)
     rollout = rollout_fit(runs, gpus, sigma)
     if rollout is not None:  # what ``workload: {import: PROFILE}`` takes
         profile["workload"], profile["inference"] = rollout["workload"], rollout["inference"]

@@ -194,6 +194,41 @@ KINDS: dict[str, Callable[[str], list[dict[str, float]]]] = {
 }
 
 
+def _tensorboard(path: Path, text: str, kind: str) -> list[dict[str, float]] | None:
+    """TensorBoard's scalar download, one metric a file: CSV ``Wall time,Step,Value`` or JSON
+    ``[[wall time, step, value], ...]``, the metric named by the file (``run-<run>-tag-<tag>``, the
+    tag's ``/`` written ``_``); None for any other file."""
+    rows = None
+    if kind == "csv" and text.lstrip().startswith("Wall time,Step,Value"):
+        rows = [(r["Step"], r["Value"]) for r in csv.DictReader(io.StringIO(text.lstrip()))]
+    elif kind == "json" and text.lstrip().startswith("[["):
+        data = json.loads(text)
+        if all(isinstance(r, list) and len(r) == 3 for r in data):
+            rows = [(r[1], r[2]) for r in data]
+    if rows is None:
+        return None
+    stem = path.stem.rsplit("-tag-", 1)[-1]
+    known = {re.sub(r"\W", "_", n): n for names in NAMES.values() for n in names}
+    tags = [t for t in known if stem.endswith(t)]
+    if not tags:
+        return [{}]  # no known metric: refused below, naming what was expected
+    name = known[max(tags, key=len)]
+    return [{"step": float(st), name: float(v)} for st, v in rows if _number(st) and _number(v)]
+
+
+def join_runs(tables: list[pd.DataFrame]) -> list[pd.DataFrame]:
+    """The tables as runs: every TensorBoard file (one metric each) joined by step into one run,
+    the other files a run each."""
+    board = [t for t in tables if t.attrs.get("kind") == "tensorboard"]
+    if len(board) < 2:
+        return tables
+    joined = pd.concat(board, axis=1).sort_index()
+    joined = joined.loc[:, ~joined.columns.duplicated(keep="last")]  # a quantity in two files: the later
+    joined.attrs.update(framework=board[0].attrs["framework"], kind="tensorboard",
+                        source=", ".join(t.attrs["source"] for t in board))  # fmt: skip
+    return [joined] + [t for t in tables if t.attrs.get("kind") != "tensorboard"]
+
+
 def file_kind(path: Path, text: str) -> str:
     """The file's kind from its suffix, else from its first line."""
     suffix = path.suffix.lower()
@@ -227,7 +262,11 @@ def read_training_log(path: str | Path, framework: str | None = None) -> pd.Data
     text = read_text(path, "training log")
     kind = file_kind(path, text)
     try:
-        records = KINDS[kind](text)
+        records = _tensorboard(path, text, kind)
+        if records is not None:
+            kind = "tensorboard"
+        else:
+            records = KINDS[kind](text)
         fw = framework or framework_of(records)
     except InputError as exc:
         raise InputError(f"{path}: {exc}") from None

@@ -12,16 +12,21 @@ from ..errors import InputError
 
 
 def is_training_log(path: Path) -> bool:
-    """True unless the file's first line is a probe record (a JSON object with a ``phase``)."""
+    """True when the file names a metric a training framework logs (verl's ``timing_s/gen``, ...)
+    and is not probe records; anything else goes to the probe records' reader as before."""
+    from ..calibration.training_logs import NAMES
+
     if not path.is_file():
         return False
     with path.open("rb") as f:
-        first = f.readline(1_000_000).strip()
+        head = f.read(2_000_000).decode("utf-8", "replace")
+    first = head.lstrip().split("\n", 1)[0]
     try:
-        rec = json.loads(first)
+        if isinstance(json.loads(first), dict) and '"phase"' in first:
+            return False
     except ValueError:
-        return True
-    return not (isinstance(rec, dict) and "phase" in rec)
+        pass
+    return any(name in head for names in NAMES.values() for name in names)
 
 
 def _gpus(text: str | None) -> list[int]:
@@ -43,7 +48,7 @@ def calibrate_training(files, out, gpus, placement, framework, responses, params
                        rows=None, sigma=0.5, train_share=0.5) -> None:  # fmt: skip
     from ..calibration.calibrate import write_profile
     from ..calibration.training_fit import DEFAULT_REFITS, training_profile
-    from ..calibration.training_logs import NAMES, read_training_log, split_runs
+    from ..calibration.training_logs import NAMES, join_runs, read_training_log, split_runs
     from ..errors import naming
 
     if out.is_dir():
@@ -59,7 +64,7 @@ def calibrate_training(files, out, gpus, placement, framework, responses, params
         raise InputError(f"--response-sigma: expected a positive number, got {sigma}.")
     if not 0 < train_share < 1:
         raise InputError(f"--train-share: expected a share between 0 and 1, got {train_share}.")
-    tables = [read_training_log(f, framework) for f in files]
+    tables = join_runs([read_training_log(f, framework) for f in files])
     wanted = [r.strip() for r in rows.split(",")] if rows else None
     if gpus is None or wanted is not None:
         tables, found = split_runs(tables, wanted, gpus is None)

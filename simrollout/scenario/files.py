@@ -104,11 +104,12 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
         if "import" in wl and isinstance(inf, dict):
             data["cluster"]["inference"] = merge(imported_inference(wl, path), inf)
         data["workload"] = expand_workload(data["workload"], path, data.get("training") is not None)
-    tr = data.get("training")
+    tr, imported = data.get("training"), None
     if isinstance(tr, dict) and "import" in tr:
-        from .training_files import expand_training
+        from .training_files import expand_training, own_fields
 
-        data["training"] = expand_training(tr, path)
+        data["training"], profile = expand_training(tr, path)
+        imported = (str(profile), own_fields(tr)) if tr.get("refit") is None else None
     for i, sub in enumerate(data.get("substrates") or []):
         if isinstance(sub, dict) and isinstance(sub.get("profile"), str):
             prof = load_profile(_resolve(sub["profile"], path, where=f"substrates.{i}.profile"))
@@ -127,6 +128,8 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
             f"{path}: invalid input ({exc}); check each field's type against docs/scenario.md."
         ) from None
     scn._source = str(path)
+    if imported is not None:
+        scn.training._import = imported
     return scn
 
 

@@ -13,6 +13,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    PrivateAttr,
     model_validator,
 )
 
@@ -97,6 +98,8 @@ class Training(_Model):
     dynamic_sampling: PassRate | None = None
     on_failure: Literal["mask", "drop_group", "retry"] = "mask"
     retries: NonNegativeInt = 2  # on_failure: retry, per member
+    # ``training: {import: PROFILE}``: the profile's path and the section's own fields beside it
+    _import: tuple[str, dict] | None = PrivateAttr(None)
 
     @model_validator(mode="before")
     @classmethod

@@ -12,7 +12,8 @@ from .base import merge
 from .workload_files import _find
 
 
-def expand_training(tr: dict, scenario: Path) -> dict:
+def expand_training(tr: dict, scenario: Path) -> tuple[dict, Path]:
+    """The section with the profile's fragment under it, and the profile's path."""
     path = _find(tr["import"], scenario, "import", "training").resolve()
     data, _ = load_yaml(path)
     fragment = data.get("training") if isinstance(data, dict) else None
@@ -31,6 +32,10 @@ def expand_training(tr: dict, scenario: Path) -> dict:
                 f"({path} holds {len(refits)} refits), got {k!r}."
             )
         base = merge(base, refits[k])
+    return merge(base, own_fields(tr)), path
+
+
+def own_fields(tr: dict) -> dict:
+    """The section's fields beside ``import`` (and ``refit``)."""
     # a field set to null takes the profile's (e.g. the assumed train_time an import wrote)
-    over = {key: v for key, v in tr.items() if key not in ("import", "refit") and v is not None}
-    return merge(base, over)
+    return {key: v for key, v in tr.items() if key not in ("import", "refit") and v is not None}

@@ -123,16 +123,55 @@ def engine_refits(scn: Scenario) -> tuple[str, list[dict] | None]:
     return f"engine bootstrap B={len(engines)}", [merge(_dump_engine(e), own) for e in engines]
 
 
+def training_refits(scn: Scenario) -> tuple[str, list[dict] | None]:
+    """The training section's (what its band comes from, its refits as whole sections with the
+    scenario's own fields kept, or None): ``training: {import: PROFILE}`` whose profile holds
+    refits (``uncertainty.training``, ``calibrate --training``)."""
+    from ..errors import load_yaml
+    from ..scenario import Training
+
+    imported = scn.training._import if scn.training is not None else None
+    if imported is None:
+        return "", None
+    path, own = imported
+    data, _ = load_yaml(path)
+    refits = (data.get("uncertainty") or {}).get("training") or []
+    if not refits:
+        return "training: none (the profile has no refits)", None
+
+    def full(fragment: dict) -> dict:
+        return Training.model_validate(merge(fragment, own)).model_dump(mode="json", by_alias=True,
+                                                                        exclude_none=True)  # fmt: skip
+
+    now = scn.training.model_dump(mode="json", by_alias=True, exclude_none=True)
+    later = _diff(now, full(data["training"]))  # what was set since (--set), kept in every refit
+    return f"training bootstrap B={len(refits)}", [merge(full(merge(data["training"], r)), later)
+                                                   for r in refits]  # fmt: skip
+
+
+def other_refits(scn: Scenario) -> tuple[str, list[dict] | None]:
+    """The engine's and the training section's refits, paired by index (the shorter list taken
+    round again): each ``{"engine": mapping or None, "training": mapping or None}``."""
+    (elabel, engines), (tlabel, trains) = engine_refits(scn), training_refits(scn)
+    label = "; ".join(x for x in (elabel, tlabel) if x)
+    if engines is None and trains is None:
+        return label, None
+    n = max(len(engines or []), len(trains or []))
+    pick = lambda xs, k: xs[k % len(xs)] if xs else None  # noqa: E731
+    return label, [{"engine": pick(engines, k), "training": pick(trains, k)} for k in range(n)]
+
+
 Pairs = list[tuple[dict | None, dict | None]]
 
 
 def joint_refits(scn: Scenario, sources=None) -> list[tuple[str, Pairs | None]]:
     """Per substrate: (what its band comes from, its joint refits, or None): refit ``k`` pairs the
-    substrate's refit ``k`` with the engine's refit ``k`` (the two probes were resampled
-    independently, so a pair is one draw of both inputs), the shorter list taken round again;
-    None in a pair keeps that input's point fit. ``sources``: :func:`refits_of` if already read."""
+    substrate's refit ``k`` with the engine's and the training section's refit ``k`` (the probes
+    and logs were resampled independently, so a pair is one draw of every input), the shorter list
+    taken round again; None in a pair keeps that input's point fit. ``sources``:
+    :func:`refits_of` if already read."""
     sources = refits_of(scn) if sources is None else sources
-    label, engines = engine_refits(scn)
+    label, engines = other_refits(scn)
     out = []
     for sub_label, subs in sources:
         if engines is None:
@@ -145,13 +184,16 @@ def joint_refits(scn: Scenario, sources=None) -> list[tuple[str, Pairs | None]]:
     return out
 
 
-def _with_refit(d: dict, i: int, sub: dict | None, engine: dict | None) -> dict:
-    """Scenario mapping ``d`` with substrate ``i`` and the engine replaced where given."""
+def _with_refit(d: dict, i: int, sub: dict | None, other: dict | None) -> dict:
+    """Scenario mapping ``d`` with substrate ``i``, the engine and the training section replaced
+    where given (``other``: :func:`other_refits`' pair)."""
     d = copy.deepcopy(d)
     if sub is not None:
         d["substrates"][i] = sub
-    if engine is not None:
-        d["cluster"]["inference"]["engine"] = engine
+    if other is not None and other["engine"] is not None:
+        d["cluster"]["inference"]["engine"] = other["engine"]
+    if other is not None and other["training"] is not None:
+        d["training"] = other["training"]
     return d
 
 

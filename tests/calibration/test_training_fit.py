@@ -9,7 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simrollout.calibration.training_fit import fit_training, response_law, trainer_fit, training_profile
+from simrollout.calibration.training_fit import (
+    fit_training,
+    generation,
+    response_law,
+    trainer_fit,
+    training_profile,
+)
 from simrollout.calibration.training_logs import read_training_log
 from simrollout.scenario.trainer import ColocatedCosts, FlopsTime, ModelSize
 
@@ -45,6 +51,19 @@ def test_trainer_fit_separates_the_colocated_cost_from_the_rate():
     assert tt.seconds(6.4e6, 16, ModelSize(params_b=7.0)) == pytest.approx(400.0)
     # fitted on disaggregated runs, the intercept is the saturation: tokens_half = 40 x 1,000
     assert fit_training(runs, [32, 64, 128], "disaggregated")["train_time"]["tokens_half"] == 40000.0
+
+
+def test_generation_law_through_two_loads():
+    # peak 100 tokens/s/GPU, half of it at 20 requests per GPU: 1,280 requests on 8 GPUs (160 a
+    # GPU) run at 100 x 160 / 180 = 88.889; 320 on 8 (40 a GPU) at 100 x 40 / 60 = 66.667
+    runs = [{"gen_s": 1280 * 500 / (88.8889 * 8), "responses": 1280, "response_mean": 500},
+            {"gen_s": 320 * 500 / (66.6667 * 8), "responses": 320, "response_mean": 500}]  # fmt: skip
+    gen = generation(runs, [8, 8])
+    assert [p["tokens_per_gpu_second"] for p in gen["points"]] == pytest.approx([88.889, 66.667], abs=1e-3)
+    law = gen["law"]
+    assert law["peak_tokens_per_gpu_second"] == pytest.approx(100.0, rel=1e-3)
+    assert law["requests_half_per_gpu"] == pytest.approx(20.0, rel=1e-3)
+    assert "law" not in generation(runs[:1], [8])  # one load: the point alone
 
 
 def test_verl_sync_rows_predict_the_held_out_async_trainer():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from simrollout.calibration.training_logs import read_training_log
+from simrollout.calibration.training_logs import join_runs, read_training_log
 from simrollout.errors import InputError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "training_logs"
@@ -71,6 +71,22 @@ def test_jsonl_json_and_wandb_csv_layouts_read_the_same_numbers(tmp_path):
         t = read_training_log(tmp_path / name)
         assert t.attrs["kind"] == kind and list(t.index) == [2], name
         assert t.loc[2].to_dict() == pytest.approx({q: real.loc[2, q] for q in names}), name
+
+
+def test_tensorboard_downloads_one_metric_a_file_join_into_one_run(tmp_path):
+    """TensorBoard's scalar download (CSV and JSON), the tag in the file name, with the real line's
+    numbers (no committed download with these tags was found)."""
+    real = read_training_log(DATA / "verl_issue1208_step2.log")
+    upd, gen = float(real.loc[2, "update_s"]), float(real.loc[2, "gen_s"])
+    a = tmp_path / "run-grpo-tag-timing_s_update_actor.csv"
+    a.write_text(f"Wall time,Step,Value\n1746000000.5,2,{upd!r}\n")
+    b = tmp_path / "run-grpo-tag-timing_s_gen.json"
+    b.write_text(json.dumps([[1746000000.5, 2, gen]]))
+    tables = [read_training_log(a), read_training_log(b)]
+    assert [t.attrs["kind"] for t in tables] == ["tensorboard", "tensorboard"]
+    (run,) = join_runs(tables)
+    assert list(run.index) == [2] and run.loc[2].to_dict() == pytest.approx({"update_s": upd, "gen_s": gen})
+    assert run.attrs["source"] == f"{a}, {b}"
 
 
 def test_a_file_of_no_known_framework_says_what_was_expected(tmp_path):

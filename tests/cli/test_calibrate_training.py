@@ -26,8 +26,10 @@ def test_a_verl_console_log_is_detected_and_gives_a_training_profile(tmp_path):
     law = prof["response_length"]
     assert law["kind"] == "lognormal" and law["max_tokens"] == 1024.0 and law["clip_ratio"] == 0.004
     # 547,190.5 tokens per rank x 8 / (102.534 + 324.958) tokens a response: 10,240 responses
-    assert prof["generation"][0]["requests"] == pytest.approx(10240.0, abs=0.1)
-    assert prof["generation"][0]["tokens_per_s"] == pytest.approx(10240.0138 * 324.958 / 74.02, rel=1e-4)
+    assert prof["generation"]["points"][0]["requests"] == pytest.approx(10240.0, abs=0.1)
+    assert prof["generation"]["points"][0]["tokens_per_s"] == pytest.approx(
+        10240.0138 * 324.958 / 74.02, rel=1e-4
+    )
 
 
 @pytest.mark.parametrize(

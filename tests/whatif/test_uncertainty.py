@@ -173,3 +173,31 @@ def test_plan_says_how_often_its_recommendation_stays_the_winner(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "Across 4 refits of the profiles" in res.stdout and "stays the winner in" in res.stdout
     assert "makespan" in res.stdout.split("Across 4 refits")[1]
+
+
+def test_a_training_profiles_refits_band_the_training_loop(tmp_path):
+    """``training: {import: PROFILE}`` whose profile holds refits (calibrate --training): the loop
+    re-simulated over them, the scenario's own fields kept in every refit."""
+    from simrollout.calibration.training_fit import training_profile
+    from simrollout.calibration.training_logs import read_training_log
+
+    real = read_training_log(ROOT / "tests" / "data" / "training_logs" / "verl_issue1208_step2.log")
+    steps = pd.concat([real] * 4, ignore_index=True)  # four steps to resample, their updates unlike
+    steps["update_s"] *= [1.0, 1.3, 0.7, 1.1]
+    steps.index = pd.Index([2, 3, 4, 5], name="step")
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(training_profile([steps], [8], "colocated", refits=6)))
+    d = scenario(TRUE, tmp_path, concurrency=8)
+    d["workload"].pop("trajectories")
+    d["cluster"]["inference"] = {"engines": 2}
+    d["training"] = {"import": "t.yaml", "prompts_per_step": 4, "samples_per_prompt": 2, "steps": 3,
+                     "model": {"params_b": 7.0}, "critical_path": 4.0,
+                     "train_time": {"tokens_per_turn": 2.0e5}}  # fmt: skip
+    scn = scenario_from_dict(d, tmp_path / "s.yaml")
+    label, refits = uncertainty.training_refits(scn)
+    assert label == "training bootstrap B=6" and len(refits) == 6
+    assert {r["critical_path"] for r in refits} == {4.0}  # the scenario's own field
+    rates = {r["train_time"]["tokens_per_gpu_second"] for r in refits}
+    assert len(rates) > 1 and all(r["train_time"]["tokens_per_turn"] == 2.0e5 for r in refits)
+    s = run_with_bands(scn, jobs=1).summary.iloc[0]
+    assert "training bootstrap B=6" in s.band
+    assert s.training_steps_per_day_input_lo < s.training_steps_per_day_input_hi
