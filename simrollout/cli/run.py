@@ -37,6 +37,12 @@ def run(
         help="PATH=VALUE (repeatable): set a field of the scenario file before it is read, the value as "
         "YAML, e.g. training.mode=async or 'workload={import: profile.yaml}' (default: none).",
     ),
+    names: str | None = typer.Option(
+        None,
+        "--names",
+        help="training_steps.csv's columns as a framework logs them: verl, areal, slime, skyrl, "
+        "prime-rl (default: the table's own names).",
+    ),
     uncertainty: bool = typer.Option(
         False,
         "--uncertainty",
@@ -49,8 +55,10 @@ def run(
     from ..api import override
     from ..run.executors import run_scenario
     from ..run.report import print_table, write_results
+    from ..run.step_names import check
     from ..whatif.training_bands import load_with_sets
 
+    check(names)
     data, scn = load_with_sets(scenario, set_)
     over = {k: v for k, v in {"seed": seed, "fidelity": fidelity}.items() if v is not None}
     if over:
@@ -87,7 +95,7 @@ def run(
                 if over:
                     data = {**data, **over}
                 result = with_training_band(data, scenario, result, jobs, executor, address)
-        paths = write_results(result, tmp)
+        paths = write_results(result, tmp, names)
     print_table(result)
     if explain:
         from ..run.report import print_explain

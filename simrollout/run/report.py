@@ -236,9 +236,10 @@ def _count(result: RunResult) -> str:
     return f"{ran:,} trajectories run by the training loop"
 
 
-def write_results(result: RunResult, out: Path) -> list[Path]:
+def write_results(result: RunResult, out: Path, names: str | None = None) -> list[Path]:
     """Write summary.csv/json, cells.csv and plots into ``out`` (per-trajectory records are
-    streamed to ``out/trajectories/`` by the run itself)."""
+    streamed to ``out/trajectories/`` by the run itself); ``names``: training_steps.csv's columns
+    as that framework logs them (:mod:`.step_names`)."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "summary.csv", out / "cells.csv", out / "summary.json"]
     result.summary.to_csv(written[0], index=False)
@@ -255,7 +256,9 @@ def write_results(result: RunResult, out: Path) -> list[Path]:
     written[2].write_text(json.dumps(meta, indent=2))
     if not result.steps.empty:
         written.append(out / "training_steps.csv")
-        result.steps.to_csv(written[-1], index=False)
+        from .step_names import renamed
+
+        renamed(result.steps, names).to_csv(written[-1], index=False)
     return written + plot_run(result, out)
 
 

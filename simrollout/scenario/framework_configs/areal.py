@@ -35,7 +35,7 @@ def read(path: Path) -> Imported:
     # AReaL-boba (v0.2) names them dataset.train_bs_n_seqs and group_size
     bk = "train_dataset.batch_size" if "train_dataset.batch_size" in k else "dataset.train_bs_n_seqs"
     gk = "gconfig.n_samples" if "gconfig.n_samples" in k or "group_size" not in k else "group_size"
-    B, G = k.number(bk), k.number(gk, 1)
+    B, G = k.need(bk, "the prompts a step trains"), k.number(gk, 1)
     imp.put("training.prompts_per_step", B, f"{bk}: {B}")
     imp.put("training.samples_per_prompt", G, f"{gk}: {G}")
     if "allocation_mode" in k:

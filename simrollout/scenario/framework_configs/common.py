@@ -39,5 +39,9 @@ def finish(imp: Imported, k: Knobs) -> Imported:
     )
     imp.fields = {**{p: m for p, m in f.items() if p.startswith("cluster")},
                   **{p: m for p, m in f.items() if not p.startswith("cluster")}}  # fmt: skip
+    for m in imp.fields.values():  # a knob the config leaves out is named with the default taken
+        gone = [f"{n} {d}" for n, d in k.defaulted.items() if n in m.source]
+        if gone:
+            m.source += f" (not given, the default: {', '.join(gone)})"
     imp.unmapped = k.rest()
     return imp

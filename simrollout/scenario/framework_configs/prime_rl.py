@@ -12,16 +12,9 @@ from .table import Imported, Knobs, read_toml
 
 def read(path: Path) -> Imported:
     k, imp = Knobs(read_toml(path), path), Imported("prime-rl", path)
-    n = k.number("orchestrator.batch_size")
-    if n is None:
-        raise InputError(
-            f"{path}: field 'orchestrator.batch_size' is missing; it sets the samples a step trains."
-        )
-    gname = (
-        "orchestrator.rollouts_per_example"
-        if "orchestrator.rollouts_per_example" in k
-        else "orchestrator.group_size"
-    )
+    n = k.need("orchestrator.batch_size", "the samples a step trains")
+    alias = "orchestrator.rollouts_per_example"
+    gname = alias if alias in k else "orchestrator.group_size"
     G = k.number(gname, 1)
     if n % G:
         raise InputError(f"{path}: orchestrator.batch_size {n} is not a multiple of {gname} {G}.")

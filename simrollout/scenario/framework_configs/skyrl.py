@@ -13,7 +13,8 @@ ENGINE = "generator.inference_engine"
 def read(path: Path) -> Imported:
     flat = hydra_overrides(path)[0] if path.suffix == ".sh" else read_yaml(path)
     k, imp = Knobs(flat, path), Imported("skyrl", path)
-    B, G = k.number("trainer.train_batch_size"), k.number("generator.n_samples_per_prompt", 1)
+    B = k.need("trainer.train_batch_size", "the prompts a step trains")
+    G = k.number("generator.n_samples_per_prompt", 1)
     imp.put("training.prompts_per_step", B, f"trainer.train_batch_size: {B}")
     imp.put("training.samples_per_prompt", G, f"generator.n_samples_per_prompt: {G}")
     colocated = k.flag("trainer.placement.colocate_all", True)

@@ -24,7 +24,8 @@ def flags(words: list[str]) -> dict[str, object]:
 def read(path: Path) -> Imported:
     _, words = read_script(read_text(path, "shell script"))
     k, imp = Knobs(flags(words), path), Imported("slime", path)
-    B, G = k.number("rollout-batch-size"), k.number("n-samples-per-prompt", 1)
+    B = k.need("rollout-batch-size", "the prompts a step trains")
+    G = k.number("n-samples-per-prompt", 1)
     imp.put("training.prompts_per_step", B, f"--rollout-batch-size {B}")
     imp.put("training.samples_per_prompt", G, f"--n-samples-per-prompt {G}")
     steps = k.number("num-rollout")

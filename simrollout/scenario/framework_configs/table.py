@@ -45,6 +45,7 @@ class Knobs:
 
     def __init__(self, flat: dict[str, Any], path: Path):
         self.flat, self.path, self.used = flat, path, set()
+        self.defaulted: dict[str, Any] = {}  # knobs absent, read at the framework's default
 
     def __contains__(self, name: str) -> bool:
         return name in self.flat
@@ -60,6 +61,8 @@ class Knobs:
         naming the file and the knob when it is not one."""
         v = self.get(name)
         if v is None:
+            if default is not None and name not in self.flat:
+                self.defaulted[name] = default
             return default
         try:
             x = kind(v) if not isinstance(v, bool) else None
@@ -69,6 +72,13 @@ class Knobs:
             what = "a whole number" if kind is int else "a number"
             raise InputError(f"{self.path}: field '{name}' is {v!r}; expected {what}.")
         return x
+
+    def need(self, name: str, why: str) -> int:
+        """A whole-number knob the mapping cannot do without: an InputError when it is absent."""
+        v = self.number(name)
+        if v is None:
+            raise InputError(f"{self.path}: field '{name}' is missing; it gives {why}.")
+        return v
 
     def flag(self, name: str, default: bool | None = None) -> bool | None:
         v = self.get(name)

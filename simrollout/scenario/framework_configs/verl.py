@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...errors import InputError
 from ..framework_knobs import derive
 from .common import finish, gpus_and_engines
 from .table import Imported, Knobs, hydra_overrides, read_yaml
@@ -27,7 +28,7 @@ def read(path: Path) -> Imported:
         gpus_and_engines(imp, rollout, tp, "rollout.nnodes x rollout.n_gpus_per_node",
                          f"{ROLL}.tensor_model_parallel_size", trainer, train_src)  # fmt: skip
     else:
-        B = k.number("data.train_batch_size")
+        B = k.need("data.train_batch_size", "the prompts a step trains")
         imp.put("training.prompts_per_step", B, f"data.train_batch_size: {B}")
         imp.put("training.mode", "sync", "derived: verl's PPO trainer generates, then trains")
         steps = k.number("trainer.total_training_steps")
@@ -43,11 +44,14 @@ def read(path: Path) -> Imported:
 
 def _fully_async(k: Knobs, imp: Imported, G: int) -> None:
     """The fully-async recipe: B and mini_batch from require_batches x ppo_mini_batch_size."""
-    mini = k.number(f"{ACTOR}.ppo_mini_batch_size")
+    mini = k.need(f"{ACTOR}.ppo_mini_batch_size", "the prompts of a mini-batch")
     req = k.number("async_training.require_batches", 1)
     trig = k.number("async_training.trigger_parameter_sync_step", 1)
-    got = derive("verl-fully-async", {"ppo_mini_batch_size": mini, "require_batches": req,
-                                      "trigger_parameter_sync_step": trig, "rollout_n": G})  # fmt: skip
+    knobs = {"ppo_mini_batch_size": mini, "require_batches": req, "trigger_parameter_sync_step": trig}
+    try:
+        got = derive("verl-fully-async", {**knobs, "rollout_n": G})
+    except ValueError as exc:
+        raise InputError(f"{k.path}: {exc}.") from None
     imp.put("training.preset", "verl-fully-async", "async_training.* given: the fully-async recipe")
     knobs = f"async_training.require_batches {req} x {ACTOR}.ppo_mini_batch_size {mini} (prompts)"
     imp.put("training.prompts_per_step", got["prompts_per_step"],

@@ -17,3 +17,8 @@ def test_fully_async_gsm8k(tmp_path):
     assert scn.cluster.inference.engines == 2
     # the script's arithmetic default: 256 x (4 + 1)
     assert imp.unmapped["trainer.fully_async.num_parallel_generation_workers"] == 1280
+    # a knob the script leaves out is named with the default taken
+    assert (
+        "(not given, the default: trainer.placement.policy_num_nodes 1)"
+        in imp.fields["training.trainer.gpus"].source
+    )
