@@ -84,10 +84,11 @@ TABLES: dict[str, list[tuple[str, Table]]] = {
     # runs (the config folder's README)
     "areal-e2e": [
         ("1.5b", Table("areal", "config-1.5b.yaml", [
-            "--framework", "areal", "--rows", "sync-1.5b", "--gpus", "64", "--params-b", "1.78"],
+            "--training", "--framework", "areal", "--rows", "sync-1.5b", "--gpus", "64",
+            "--params-b", "1.78"],
             {"async-1.5b": ("config-1.5b.yaml", ["training.max_staleness=4"])})),
         ("7b", Table("areal", "config-1.5b.yaml", [
-            "--framework", "areal", "--rows", "sync-7b", "--gpus", "96", "--params-b", "7.6"],
+            "--training", "--framework", "areal", "--rows", "sync-7b", "--gpus", "96", "--params-b", "7.6"],
             {"async-7b": ("config-1.5b.yaml", ["training.max_staleness=4", "cluster.inference.engines=96",
                                                "training.trainer.gpus=96"])})),
     ],
