@@ -23,15 +23,34 @@ from .bootstrap import redraw
 
 STAGES = ("gen_s", "logprob_s", "ref_s", "adv_s", "reward_s", "update_s", "sync_s", "save_s")
 OFF_PATH = ("adv_s", "reward_s", "save_s")  # on the trainer's path, outside the update and the sync
+# a sync step's share on the trainer (update and log-prob passes) where a log gives the step alone:
+# the median over the published input rows that split it (verl 0.47, 0.56, 0.47; verl one-step-off
+# 0.50, 0.66; vime Setup 2 0.46), validation/training/README.md
+TRAIN_SHARE = 0.5
+SHARES = (0.47, 0.56, 0.47, 0.50, 0.66, 0.46)  # those rows' shares: the refits of a split step
+SIGMA = 0.5  # a response's spread when the logs give no lengths: verl logs' clip-ratio fits, 0.47 and 0.53
 DEFAULT_REFITS = 200  # a refit is a few means and one least squares: 200 take well under a second
+SPLIT = "the step split at each trainer share of the published sync rows (SHARES), in place of --train-share"
+JACKKNIFE = "jackknife over runs (every run one step: each refit leaves one run out)"
 METHOD = "moving-block bootstrap over consecutive steps, within each run (block: ceil(steps^(1/3)))"
 
 
-def run_means(table: pd.DataFrame, responses: int | None, gpus: int) -> dict[str, float]:
-    """One run's means, and its tokens trained and responses per step where the log gives them
+def run_means(
+    table: pd.DataFrame, responses: int | None, gpus: int, train_share: float | None = None
+) -> dict:
+    """One run's means, and its tokens trained and responses per step where the log gives them;
+    a sync run logging its step seconds alone is split ``train_share`` to the trainer, the rest to
+    generation
     (verl's tokens per data-parallel rank times the ``gpus`` that trained, when the total is not
     logged: every trainer GPU a data-parallel rank, as FSDP runs them)."""
     m = {q: float(table[q].mean()) for q in table.columns if table[q].notna().any()}
+    if "update_s" not in m and "train_s" in m:  # slime's perf/train_time: log-prob passes and update
+        m["update_s"] = m.pop("train_s")
+    if "gen_s" not in m and "wait_s" in m:  # a sync trainer waits for its batch's generation
+        m["gen_s"] = m.pop("wait_s")
+    if "update_s" not in m and "gen_s" not in m and "step_s" in m and train_share:  # the step alone
+        m["update_s"], m["gen_s"] = train_share * m["step_s"], (1.0 - train_share) * m["step_s"]
+        m["train_share"] = train_share
     if "total_tokens" not in m and "tokens_per_rank" in m:
         m["total_tokens"] = m["tokens_per_rank"] * gpus
     per = m.get("prompt_mean", 0.0) + m.get("response_mean", 0.0)
@@ -39,6 +58,8 @@ def run_means(table: pd.DataFrame, responses: int | None, gpus: int) -> dict[str
         responses = m["total_tokens"] / per
     if "total_tokens" not in m and responses and per > 0:
         m["total_tokens"] = responses * per
+    elif "total_tokens" not in m and responses:  # no lengths logged: a response counts as one token
+        m["total_tokens"], m["per_response"] = float(responses), 1.0
     if responses:
         m["responses"] = float(responses)
     if "step_s" in m:
@@ -112,6 +133,8 @@ def fit_training(runs: list[dict], gpus: list[int], placement: str) -> dict:
         gpu_s = sum(r["logprob_s"] * g for r, g in with_lp)
         tt["logprob_tokens_per_gpu_second"] = round(sum(r["total_tokens"] for r, _ in with_lp) / gpu_s, 4)
     tt["recompute_logprobs"] = bool(with_lp)
+    if any(r.get("per_response") for r in runs):  # rates in responses: a response is one turn's tokens
+        tt["tokens_per_turn"] = 1.0
     tt["reference_logprobs"] = any(r.get("ref_s") for r in runs)
     if placement == "colocated":
         tt["colocated"] = {"fitted_s": round(a, 4)}
@@ -149,6 +172,37 @@ def generation(runs: list[dict], gpus: list[int]) -> dict:
     return out
 
 
+def rollout_fit(runs: list[dict], gpus: list[int], sigma: float = SIGMA) -> dict | None:
+    """The rollout as a scenario simulates it from each run's generation seconds ``gen`` on ``E``
+    engines (one per GPU) for ``N`` responses: ``gen = T x (1 + s x (N / E - 1))``, ``T`` the longest
+    response's seconds on an engine alone, ``s`` the slowdown per request beside it (log least
+    squares; one GPU count: ``s = 0``). A response's seconds alone are lognormal with ``sigma``
+    and ``T`` its 1-in-N quantile. None without generation seconds and responses."""
+    pts = [
+        (r["gen_s"], r["responses"], g) for r, g in zip(runs, gpus) if r.get("gen_s") and r.get("responses")
+    ]
+    if not pts:
+        return None
+    gen, n, e = (np.array(v, dtype=float) for v in zip(*pts))
+    load = np.maximum(n / e - 1.0, 0.0)
+    top, slow = float(np.exp(np.mean(np.log(gen)))), 0.0
+    if len(set(e)) >= 2 and load.max() > 0:
+        res = optimize.minimize_scalar(
+            lambda s: np.var(np.log(gen) - np.log1p(s * load)), bounds=(0.0, 10.0), method="bounded"
+        )
+        slow = float(res.x)
+        top = float(np.exp(np.mean(np.log(gen) - np.log1p(slow * load))))
+    z = float(stats.norm.ppf(1.0 - 1.0 / max(float(n.max()), 2.0)))
+    median = top * math.exp(-z * sigma)
+    law = {"kind": "lognormal", "median": round(median, 4), "sigma": sigma}
+    how = f"gen = T x (1 + s (N / GPUs - 1)): T {top:.2f} s, s {slow:.6f}; T the 1-in-{int(n.max())} quantile"
+    return {
+        "workload": {"steps": 1, "calls_per_step": 0, "llm_time": law},
+        "inference": {"slowdown": round(slow, 6)},
+        "derivation": f"{how} of a lognormal with sigma {sigma} (--response-sigma)",
+    }
+
+
 def _blocks(table: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
     """A moving-block resample of a run's consecutive steps, as many as it had."""
     n = len(table)
@@ -166,6 +220,8 @@ def training_profile(
     params_b: float | None = None,
     refits: int = DEFAULT_REFITS,
     seed: int = 0,
+    sigma: float = SIGMA,
+    train_share: float = TRAIN_SHARE,
 ) -> dict:
     """The profile (``version: 1``): provenance, the fitted laws, the ``training`` fragment and refits."""
     if len(gpus) == 1 and len(tables) > 1:
@@ -175,7 +231,7 @@ def training_profile(
             f"--gpus: give one GPU count, or one per run ({len(tables)}: a file each, TensorBoard's "
             f"one-metric files together one run), got {len(gpus)}."
         )
-    runs = [run_means(t, responses, g) for t, g in zip(tables, gpus)]
+    runs = [run_means(t, responses, g, train_share) for t, g in zip(tables, gpus)]
     training = fit_training(runs, gpus, placement)
     if params_b is not None:
         training["model"] = {"params_b": params_b}
@@ -201,22 +257,60 @@ def training_profile(
         extra = {"mean": round(mean, 3), "max_tokens": top, "clip_ratio": round(clip, 5)}
         profile["response_length"] = {**law, **extra}
     profile["generation"] = generation(runs, gpus)
+    rollout = rollout_fit(runs, gpus, sigma)
+    if rollout is not None:  # what ``workload: {import: PROFILE}`` takes
+        profile["workload"], profile["inference"] = rollout["workload"], rollout["inference"]
+        profile["rollout_derivation"] = rollout["derivation"]
     profile["stages"] = [{q: round(v, 4) for q, v in r.items()} for r in runs]
     profile["training"] = training
-    profile["uncertainty"] = _uncertainty(tables, gpus, placement, responses, training, refits, seed)
+    profile["uncertainty"] = _uncertainty(
+        tables, gpus, placement, responses, training, refits, seed, params_b, train_share
+    )
     return profile
 
 
-def _uncertainty(tables, gpus, placement, responses, point, refits, seed) -> dict:
-    if not refits or all(len(t) < 2 for t in tables):
-        why = "no refits (--bootstrap 0)" if not refits else "no refits (every run has one step)"
+def _jackknife(tables, gpus, placement, responses, params_b, share) -> list[dict]:
+    """Tables of one mean a run: the fits with one run left out (those that still fit)."""
+    fits = []
+    for i in range(len(tables)):
+        keep = [j for j in range(len(tables)) if j != i]
+        runs = [run_means(tables[j], responses, gpus[j], share) for j in keep]
+        fit = fit_training(runs, [gpus[j] for j in keep], placement)
+        if params_b is not None:
+            fit["model"] = {"params_b": params_b}
+        fits.append(fit)
+    return fits
+
+
+def _uncertainty(tables, gpus, placement, responses, point, refits, seed, params_b=None, share=None) -> dict:
+    one_step = all(len(t) < 2 for t in tables)
+    why = None
+    split = any("train_share" in run_means(t, responses, g, share) for t, g in zip(tables, gpus))
+    if refits and split:  # the step split by an assumed share: refit at each share the published rows gave
+        fits, method = [], SPLIT
+        for sh in SHARES:
+            fit = fit_training(
+                [run_means(t, responses, g, sh) for t, g in zip(tables, gpus)], gpus, placement
+            )
+            fits.append({**fit, "model": {"params_b": params_b}} if params_b is not None else fit)
+    elif refits and one_step and len(tables) >= 3:
+        fits, method = _jackknife(tables, gpus, placement, responses, params_b, share), JACKKNIFE
+    elif not refits or one_step:
+        why = (
+            "no refits (--bootstrap 0)"
+            if not refits
+            else "no refits (every run has one step, fewer than 3 runs)"
+        )
         return {"method": f"none: {why}", "refits": 0, "seed": seed}
+    else:
 
-    def one(rng: np.random.Generator) -> dict:
-        means = [run_means(_blocks(t, rng), responses, g) for t, g in zip(tables, gpus)]
-        return fit_training(means, gpus, placement)
+        def one(rng: np.random.Generator) -> dict:
+            means = [run_means(_blocks(t, rng), responses, g, share) for t, g in zip(tables, gpus)]
+            fit = fit_training(means, gpus, placement)
+            return {**fit, "model": {"params_b": params_b}} if params_b is not None else fit
 
-    fits, _, why = redraw(one, refits, seed)
+        fits, _, why = redraw(one, refits, seed)
+        method = METHOD
     values = {"tokens_per_gpu_second": [f["train_time"]["tokens_per_gpu_second"] for f in fits],
               "critical_path": [f["critical_path"] for f in fits]}  # fmt: skip
     ref = {"tokens_per_gpu_second": point["train_time"]["tokens_per_gpu_second"],
@@ -226,7 +320,7 @@ def _uncertainty(tables, gpus, placement, responses, point, refits, seed) -> dic
         ref["weight_sync_time"] = point["weight_sync_time"]
     spread = {k: {"p5": round(float(np.percentile(v, 5)), 4), "p95": round(float(np.percentile(v, 95)), 4),
                   "point": ref[k]} for k, v in values.items()}  # fmt: skip
-    out = {"method": METHOD, "refits": len(fits), "seed": seed, "spread": spread, "training": fits}
+    out = {"method": method, "refits": len(fits), "seed": seed, "spread": spread, "training": fits}
     if why:
         out["stopped"] = why
     return out

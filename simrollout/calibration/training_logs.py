@@ -37,7 +37,12 @@ QUANTITIES = {
     "total_tokens": "tokens trained in the step (prompts and responses)",
     "tokens_per_rank": "tokens trained in the step per data-parallel rank (verl's balanced partitions)",
     "throughput": "tokens/s/GPU over the step",
+    "train_s": "s: the trainer's whole step (log-prob passes and update), where no update alone is logged",
+    "wait_s": "s: the trainer's wait for its batch (a sync run: the batch's generation)",
+    "gpus": "GPUs of the run (a table of several runs' means, a row a run)",
 }
+GPU_COLUMNS = ("n_gpus", "gpus")  # a table of runs: each row's GPUs (any framework)
+LABEL_COLUMNS = ("row", "run")  # a table of runs: each row's name
 
 # framework -> {metric name as logged -> canonical quantity}; sources in docs/calibration.md
 NAMES: dict[str, dict[str, str]] = {
@@ -76,6 +81,8 @@ NAMES: dict[str, dict[str, str]] = {
         "perf/update_weights_time": "sync_s",
         "perf/step_time": "step_s",
         "perf/actor_train_tok_per_s": "throughput",
+        "perf/train_time": "train_s",
+        "perf/train_wait_time": "wait_s",
     },
     "skyrl": {
         "timing/generate": "gen_s",
@@ -147,6 +154,8 @@ def _csv(text: str) -> list[dict[str, float]]:
     for row in rows:
         rec = {}
         for col, v in row.items():
+            if col in LABEL_COLUMNS and v:
+                rec["__label"] = v
             if col is None or col.endswith(("__MIN", "__MAX")) or not _number(v):
                 continue
             rec[col.rsplit(" - ", 1)[-1].strip()] = float(v)
@@ -269,17 +278,62 @@ def read_training_log(path: str | Path, framework: str | None = None) -> pd.Data
             f"named as {expected}."
         )
     names = NAMES[fw]
-    rows, steps = [], []
+    rows, steps, labels = [], [], []
     for i, rec in enumerate(records):
         row = {q: rec[name] for name, q in names.items() if name in rec}
+        if "step_s" not in row and rec.get("training_hours") and rec.get("ppo_steps"):
+            row["step_s"] = rec["training_hours"] * 3600.0 / rec["ppo_steps"]  # a run's wall hours
         if not row:
             continue
+        for g in GPU_COLUMNS:
+            if g in rec:
+                row["gpus"] = rec[g]
         step = next((rec[k] for k in STEP_KEYS if k in rec), None)
         steps.append(int(step) if step is not None else i + 1)
         rows.append(row)
+        labels.append(rec.get("__label", ""))
     if not rows:
         raise InputError(f"{path}: no step logs a metric of {fw} ({', '.join(names)}).")
-    table = pd.DataFrame(rows, index=pd.Index(steps, name="step")).sort_index()
+    table = pd.DataFrame(rows, index=pd.Index(steps, name="step"))
+    if any(labels):
+        table["label"] = labels
+    table = table.sort_index()
     table = table[~table.index.duplicated(keep="last")]
     table.attrs.update(framework=fw, kind=kind, source=str(path))
     return table
+
+
+def split_runs(
+    tables: list[pd.DataFrame], rows: list[str] | None = None, need_gpus: bool = True
+) -> tuple[list[pd.DataFrame], list[int]]:
+    """A table of several runs' means (a ``gpus`` column, and a ``row`` or ``run`` name per row)
+    split into one table per run with its GPU count; ``rows``: only the rows of those names.
+    ``need_gpus`` False (``--gpus`` given): a table without the column stays one run (count 0)."""
+    out, counts = [], []
+    for t in tables:
+        if rows is not None:
+            if "label" not in t:
+                raise InputError(
+                    f"{t.attrs['source']}: --rows needs a 'row' or 'run' column naming each row."
+                )
+            missing = [r for r in rows if r not in set(t["label"])]
+            if missing:
+                raise InputError(f"{t.attrs['source']}: --rows: no row named {', '.join(missing)}; "
+                                 f"the rows are {', '.join(t['label'])}.")  # fmt: skip
+            t = t[t["label"].isin(rows)]
+        if "gpus" not in t or t["gpus"].isna().any():
+            if not need_gpus:  # --gpus gives them: the rows chosen are one run
+                out.append(t)
+                counts.append(0)
+                continue
+            raise InputError(
+                f"{t.attrs['source']}: --gpus not given and the table has no 'n_gpus' or 'gpus' column "
+                "for every row; give the GPUs that trained with --gpus."
+            )
+        key = t["label"] if "label" in t else t["gpus"]
+        for _, run in t.groupby(key, sort=False):
+            run = run.drop(columns=[c for c in ("label", "gpus") if c in run])
+            run.attrs.update(t.attrs)
+            out.append(run)
+            counts.append(int(t.loc[run.index, "gpus"].iloc[0]))
+    return out, counts

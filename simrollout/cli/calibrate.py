@@ -63,8 +63,8 @@ def calibrate(
     ),
     gpus: str | None = typer.Option(
         None,
-        help="Training logs: the GPUs that trained, one count or one per file (e.g. 32,64,128); "
-        "required with training logs (default: none).",
+        help="Training logs: the GPUs that trained, one count or one per file (e.g. 32,64,128) "
+        "(default: a table of runs' 'n_gpus' column, a row a run).",
     ),
     placement: str = typer.Option(
         "colocated", help="Training logs: colocated (the engines' GPUs train) or disaggregated."
@@ -80,6 +80,20 @@ def calibrate(
         help="Training logs: the policy's parameters, billions (written as the profile's model; default: "
         "none, the scenario gives it).",
     ),
+    rows: str | None = typer.Option(
+        None,
+        help="Training logs: a table of runs: only the rows of these names, e.g. sync-setup2 (default: all).",
+    ),
+    response_sigma: float = typer.Option(
+        0.5,
+        help="Training logs: the lognormal sigma of a response's generation seconds, for the rollout "
+        "fitted from generation seconds (default 0.5: verl logs' response lengths).",
+    ),
+    train_share: float = typer.Option(
+        0.5,
+        help="Training logs giving a sync step's seconds alone: its share on the trainer, the rest "
+        "generation (default 0.5: the published sync rows that split their step).",
+    ),
 ) -> None:
     """Fit latency distributions to probe records and write a substrate profile (or, from
     ``probe openai`` records, an engine profile; from a training run's logs, a training profile)."""
@@ -88,7 +102,18 @@ def calibrate(
     from .calibrate_training import calibrate_training, is_training_log
 
     if probes and (training or any(is_training_log(p) for p in probes)):
-        args = (gpus, placement, framework, responses, params_b, bootstrap, seed)
+        args = (
+            gpus,
+            placement,
+            framework,
+            responses,
+            params_b,
+            bootstrap,
+            seed,
+            rows,
+            response_sigma,
+            train_share,
+        )
         return calibrate_training(probes, out, *args)
 
     from ..calibration.calibrate import calibrate as fit

@@ -44,10 +44,11 @@ def _gpus(text: str | None) -> list[int]:
     return out
 
 
-def calibrate_training(files, out, gpus, placement, framework, responses, params_b, bootstrap, seed) -> None:
+def calibrate_training(files, out, gpus, placement, framework, responses, params_b, bootstrap, seed,
+                       rows=None, sigma=0.5, train_share=0.5) -> None:  # fmt: skip
     from ..calibration.calibrate import write_profile
     from ..calibration.training_fit import DEFAULT_REFITS, training_profile
-    from ..calibration.training_logs import NAMES, join_runs, read_training_log
+    from ..calibration.training_logs import NAMES, join_runs, read_training_log, split_runs
     from ..errors import naming
 
     if out.is_dir():
@@ -59,12 +60,20 @@ def calibrate_training(files, out, gpus, placement, framework, responses, params
     for opt, v in (("--responses", responses), ("--params-b", params_b), ("--bootstrap", bootstrap)):
         if v is not None and (v < 0 or (v == 0 and opt != "--bootstrap")):
             raise InputError(f"{opt}: expected a positive number, got {v}.")
-    counts = _gpus(gpus)
+    if sigma <= 0:
+        raise InputError(f"--response-sigma: expected a positive number, got {sigma}.")
+    if not 0 < train_share < 1:
+        raise InputError(f"--train-share: expected a share between 0 and 1, got {train_share}.")
     tables = join_runs([read_training_log(f, framework) for f in files])
+    wanted = [r.strip() for r in rows.split(",")] if rows else None
+    if gpus is None or wanted is not None:
+        tables, found = split_runs(tables, wanted, gpus is None)
+    counts = _gpus(gpus) if gpus is not None else found
+    tables = [t.drop(columns=[c for c in ("label", "gpus") if c in t]) for t in tables]
     with naming(files):
         profile = training_profile(
             tables, counts, placement, responses, params_b,
-            DEFAULT_REFITS if bootstrap is None else bootstrap, seed,
+            DEFAULT_REFITS if bootstrap is None else bootstrap, seed, sigma, train_share,
         )  # fmt: skip
     write_profile(profile, out)
     tt, prov = profile["training"]["train_time"], profile["provenance"]

@@ -33,6 +33,12 @@ def run(
         "first cell to this file (default: none).",
     ),
     explain: bool = typer.Option(False, "--explain", help="Also print what every column of the table means."),
+    set_: list[str] = typer.Option(
+        [],
+        "--set",
+        help="PATH=VALUE (repeatable): set a field of the scenario file before it is read, the value as "
+        "YAML, e.g. training.mode=async or 'workload={import: profile.yaml}' (default: none).",
+    ),
     names: str | None = typer.Option(
         None,
         "--names",
@@ -42,18 +48,20 @@ def run(
     uncertainty: bool = typer.Option(
         False,
         "--uncertainty",
-        help="Also re-simulate over the profiles' bootstrap refits (common random numbers): "
-        "<metric>_lo/_hi (5th/95th percentile) beside the headline metrics.",
+        help="Also re-simulate over the profiles' bootstrap refits (common random numbers), and a "
+        "training profile's refits (the first 20): <metric>_lo/_hi (5th/95th percentile) beside the "
+        "headline metrics.",
     ),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
-    from ..scenario import load_scenario
+
+    from ..whatif.training_bands import load_with_sets
 
     mode = output_mode(fmt, quiet)  # a bad --format refused before anything is read
     _cache(no_cache)
-    scn = load_scenario(scenario)  # first: bad input is refused before the engines are imported
+    data, scn = load_with_sets(scenario, set_)  # first: bad input refused before the engines load
     from ..api import override
     from ..run import stages
     from ..run.executors import run_scenario
@@ -90,6 +98,12 @@ def run(
 
             bar.update(task, description="bands")
             result = with_bands(scn, result, jobs, executor, None, address)
+            if scn.training is not None:
+                from ..whatif.training_bands import with_training_band
+
+                if over:
+                    data = {**data, **over}
+                result = with_training_band(data, scenario, result, jobs, executor, address)
         stages.enter("outputs")
         paths = write_results(result, tmp, names)
     if mode.tables:

@@ -98,8 +98,11 @@ def scenario_from_dict(data, path: str | Path = "<scenario>", node=None) -> Scen
     data = copy.deepcopy(data)
     wl = data.get("workload")
     if isinstance(wl, dict) and ("import" in wl or ("replay" in wl and not isinstance(wl["replay"], dict))):
-        from .workload_files import expand_workload
+        from .workload_files import expand_workload, imported_inference
 
+        inf = (data.get("cluster") or {}).get("inference") if isinstance(data.get("cluster"), dict) else None
+        if "import" in wl and isinstance(inf, dict):
+            data["cluster"]["inference"] = merge(imported_inference(wl, path), inf)
         data["workload"] = expand_workload(data["workload"], path, data.get("training") is not None)
     tr, imported = data.get("training"), None
     if isinstance(tr, dict) and "import" in tr:

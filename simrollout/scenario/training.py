@@ -14,6 +14,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     PrivateAttr,
+    model_serializer,
     model_validator,
 )
 
@@ -105,6 +106,15 @@ class Training(_Model):
     @classmethod
     def _preset(cls, data):
         return apply_preset(data)
+
+    @model_serializer(mode="wrap")
+    def _one_bound(self, handler):
+        """A dump gives the staleness bound one way, as the section was given, so it re-validates
+        (bands and sweeps re-validate dumped sections): no max_staleness beside staleness_fraction."""
+        out = handler(self)
+        if self.staleness_fraction is not None and isinstance(out, dict):
+            out.pop("max_staleness", None)
+        return out
 
     @model_validator(mode="after")
     def _consistent(self):

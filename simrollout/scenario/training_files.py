@@ -1,7 +1,7 @@
 """``training: {import: PATH, ...}`` in a scenario: a training profile's ``training`` fragment
 (written by ``simrollout calibrate --training``) laid under the section's own fields, which
 override it, before validation. ``refit: K`` takes the profile's K-th bootstrap refit instead of
-its point fit (docs/scenario.md, "training")."""
+its point fit; a field set to null takes the profile's (docs/scenario.md, "training")."""
 
 from __future__ import annotations
 
@@ -37,4 +37,5 @@ def expand_training(tr: dict, scenario: Path) -> tuple[dict, Path]:
 
 def own_fields(tr: dict) -> dict:
     """The section's fields beside ``import`` (and ``refit``)."""
-    return {key: v for key, v in tr.items() if key not in ("import", "refit")}
+    # a field set to null takes the profile's (e.g. the assumed train_time an import wrote)
+    return {key: v for key, v in tr.items() if key not in ("import", "refit") and v is not None}

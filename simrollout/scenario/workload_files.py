@@ -39,6 +39,14 @@ def expand_workload(wl: dict, scenario: Path, training: bool = False) -> dict:
     return _import(wl, scenario) if "import" in wl else _replay(wl, scenario, training)
 
 
+def imported_inference(wl: dict, scenario: Path) -> dict:
+    """A training profile's ``inference`` fields (the engines' ``slowdown`` its rollout was fitted
+    with), which ``workload: {import: PROFILE}`` lays under the scenario's ``cluster.inference``."""
+    data, _ = load_yaml(_find(wl["import"], scenario, "import"))
+    inf = data.get("inference") if isinstance(data, dict) and data.get("kind") == "training" else None
+    return inf if isinstance(inf, dict) else {}
+
+
 def _import(wl: dict, scenario: Path) -> dict:
     path = _find(wl["import"], scenario, "import")
     data, _ = load_yaml(path)

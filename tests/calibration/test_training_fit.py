@@ -114,3 +114,50 @@ def test_profile_from_a_real_log_and_its_bootstrap_band():
     again = training_profile([steps], [64], "colocated", refits=50, seed=3)
     assert again["uncertainty"] == unc  # the same seed, the same refits
     assert np.isfinite(prof["training"]["critical_path"])
+
+
+def test_rollout_fit_recovers_a_known_longest_response_and_slowdown():
+    from simrollout.calibration.training_fit import rollout_fit
+
+    top, s, n = 100.0, 0.01, 8192
+    runs = [{"gen_s": top * (1 + s * (n / g - 1)), "responses": n} for g in (32, 64, 128)]
+    fit = rollout_fit(runs, [32, 64, 128], sigma=0.5)
+    assert fit["inference"]["slowdown"] == pytest.approx(s, rel=1e-3)
+    z = 3.6683  # the 1-in-8192 normal quantile, Phi^-1(1 - 1/8192)
+    assert fit["workload"]["llm_time"]["median"] == pytest.approx(top * np.exp(-0.5 * z), rel=1e-3)
+    one = rollout_fit(runs[:1], [32])  # one GPU count: no slowdown can be told apart
+    assert one["inference"]["slowdown"] == 0.0
+
+
+def test_a_table_of_seconds_counts_responses_and_refits_by_leaving_runs_out():
+    rows = [(32, 357.41, 107.71, 269.80, 790.10), (64, 150.72, 70.26, 133.41, 365.28),
+            (128, 177.85, 53.92, 113.81, 356.30)]  # fmt: skip
+    tables = [pd.DataFrame({"gen_s": [g], "logprob_s": [lp], "update_s": [u], "step_s": [st]},
+                           index=pd.Index([i + 1], name="step")) for i, (_, g, lp, u, st) in enumerate(rows)]  # fmt: skip
+    prof = training_profile(tables, [r[0] for r in rows], "colocated", responses=8192, params_b=7.6)
+    tt = prof["training"]["train_time"]
+    assert tt["tokens_per_turn"] == 1.0  # a response is one unit
+    # update = a + (8192 / GPUs) / rate through the three rows (a = 58.3 s, 5,973 GPU-s a step)
+    assert tt["colocated"]["fitted_s"] == pytest.approx(58.3, abs=0.1)
+    assert 8192 / tt["tokens_per_gpu_second"] == pytest.approx(5973, rel=0.01)
+    unc = prof["uncertainty"]
+    assert unc["refits"] == 3 and unc["method"].startswith("jackknife")
+    # leaving out 64 GPUs: the line through 32 and 128 (a = 61.8 s, b = 6,656 GPU-s, README)
+    b = [8192 / f["train_time"]["tokens_per_gpu_second"] for f in unc["training"]]
+    assert sorted(b)[1] == pytest.approx(6656, rel=0.01)
+    # leaving out 128: the line through 32 and 64 would need a < 0, so one rate (a = 0) is fitted
+    assert max(b) == pytest.approx(8192 * (269.80 + 133.41) / (8192 / 32 + 8192 / 64), rel=0.01)
+
+
+def test_a_step_alone_is_split_by_the_train_share_and_refitted_at_the_published_shares():
+    from simrollout.calibration.training_fit import SHARES
+
+    table = pd.DataFrame({"step_s": [31.5]}, index=pd.Index([1], name="step"))
+    prof = training_profile([table], [2], "disaggregated", responses=32, train_share=0.5)
+    assert prof["stages"][0]["update_s"] == pytest.approx(15.75)
+    assert 32 / 2 / prof["training"]["train_time"]["tokens_per_gpu_second"] == pytest.approx(15.75, rel=1e-3)
+    fits = prof["uncertainty"]["training"]
+    assert len(fits) == len(SHARES)
+    updates = sorted(16 / f["train_time"]["tokens_per_gpu_second"] for f in fits)
+    assert updates[0] == pytest.approx(min(SHARES) * 31.5, rel=1e-3)
+    assert updates[-1] == pytest.approx(max(SHARES) * 31.5, rel=1e-3)

@@ -101,3 +101,18 @@ def test_a_file_of_no_known_framework_says_what_was_expected(tmp_path):
     broken.write_text('{"step": 1, "timing_s/gen": 3}\n{"step": 2,\n')
     with pytest.raises(InputError, match="m.jsonl: line 2: not a JSON object"):
         read_training_log(broken)
+
+
+def test_a_table_of_runs_splits_by_row_with_its_gpus(tmp_path):
+    from simrollout.calibration.training_logs import split_runs
+
+    p = tmp_path / "runs.csv"
+    p.write_text("row,n_gpus,timing_s/gen,timing_s/update_actor\nsync-32,32,357.41,269.80\n"
+                 "sync-64,64,150.72,133.41\n")  # fmt: skip
+    tables, gpus = split_runs([read_training_log(p)])
+    assert gpus == [32, 64]
+    assert [t["update_s"].iloc[0] for t in tables] == [269.80, 133.41]
+    only, _ = split_runs([read_training_log(p)], ["sync-64"])
+    assert len(only) == 1 and only[0]["gen_s"].iloc[0] == 150.72
+    with pytest.raises(InputError, match="no row named sync-16"):
+        split_runs([read_training_log(p)], ["sync-16"])

@@ -54,3 +54,34 @@ def test_bad_training_input_is_one_paragraph_and_exit_2(tmp_path, args, words):
     for w in words:
         assert w in r.stderr, (w, r.stderr)
     assert not (tmp_path / "p.yaml").exists()
+
+
+TABLES = Path(__file__).resolve().parents[2] / "validation" / "training"
+
+
+def test_a_published_table_of_runs_gives_its_gpus_rollout_and_jackknife(tmp_path):
+    out = tmp_path / "verl.yaml"
+    r = cli("calibrate", TABLES / "verl" / "baseline_metrics.csv", "--responses", "8192", "--params-b", "7.6",
+            "-o", out)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    prof = yaml.safe_load(out.read_text())
+    assert prof["provenance"]["gpus"] == [32, 64, 128]
+    assert prof["inference"]["slowdown"] == pytest.approx(0.00785, abs=1e-4)
+    assert prof["workload"]["llm_time"]["sigma"] == 0.5
+    assert prof["uncertainty"]["refits"] == 3
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--rows", "sync-16"], ["--rows", "no row named sync-16", "sync-32"]),
+        (["--train-share", "1.5"], ["--train-share", "between 0 and 1", "1.5"]),
+        (["--response-sigma", "0"], ["--response-sigma", "positive"]),
+    ],
+)
+def test_bad_table_options_exit_2_naming_them(tmp_path, extra, words):
+    r = cli("calibrate", TABLES / "verl" / "baseline_metrics.csv", "--responses", "8192", *extra,
+            "-o", tmp_path / "p.yaml")  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    for w in words:
+        assert w in r.stderr

@@ -61,3 +61,22 @@ def test_bad_imports_name_the_field_and_what_was_expected(tmp_path):
     ):
         with pytest.raises(InputError, match=words):
             _scenario(tmp_path, training)
+
+
+def test_a_null_field_takes_the_profiles_and_the_workload_import_brings_the_slowdown(tmp_path):
+    _profile(tmp_path)
+    prof = yaml.safe_load((tmp_path / "verl.yaml").read_text())
+    prof["workload"] = {"steps": 1, "calls_per_step": 0, "llm_time": {"kind": "lognormal", "median": 2.0,
+                                                                       "sigma": 0.5}}  # fmt: skip
+    prof["inference"] = {"slowdown": 0.25}
+    (tmp_path / "verl.yaml").write_text(yaml.safe_dump(prof))
+    d = make(**{"cluster.inference": {"engines": 2}})
+    d["workload"] = {"import": "verl.yaml"}
+    d["training"] = {"prompts_per_step": 4, "samples_per_prompt": 2, "steps": 2, "import": "verl.yaml",
+                     "train_time": {"tokens_per_turn": 300.0}, "critical_path": None,
+                     "model": {"params_b": 7.0}}  # fmt: skip
+    scn = scenario_from_dict(d, tmp_path / "s.yaml")
+    assert scn.cluster.inference.slowdown == 0.25
+    assert scn.training.critical_path == prof["training"]["critical_path"]  # null: the profile's
+    d["cluster"]["inference"]["slowdown"] = 0.1  # the scenario's own field wins
+    assert scenario_from_dict(d, tmp_path / "s.yaml").cluster.inference.slowdown == 0.1

@@ -1,232 +1,259 @@
-"""Published async-vs-sync training tables predicted from their sync rows (validation/training/README.md).
+"""Predict each published table's held-out (async) rows from its input (sync) rows with the CLI
+alone (docs/training.md): ``simrollout import`` the framework's config, ``simrollout calibrate``
+the baseline metric log, then ``simrollout run`` with the held-out row's settings as ``--set``
+and ``--uncertainty`` for the band of the profile's refits. Writes predictions.csv and the
+results table of README.md.
 
-    python validation/training/predict.py fit    # fit on the sync rows, write scenarios/ and fit.json
-    python validation/training/predict.py run    # simulate every row, write predictions.csv
-
-``fit`` reads only the rows of ``published.csv`` whose role is ``input`` (and the setups' published
-settings); ``run`` simulates every row, held-out ones included, and compares the mean step of the
-steady state (the first ``WARMUP`` steps left out) with the published figure.
+    python validation/training/predict.py                 # every table
+    python validation/training/predict.py --only vime     # one table (others kept from predictions.csv)
 """
 
 from __future__ import annotations
 
-import json
+import argparse
+import csv
 import math
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import yaml
-from scipy import optimize, stats
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-SAMPLES = 512 * 16  # both setups: 512 prompts x 16 samples a step
-Z = float(stats.norm.ppf(1.0 - 1.0 / SAMPLES))  # the 1-in-8192 quantile: a step's longest sample
-WARMUP = 2  # steps left out of the mean (the pipeline filling)
-STEPS = 8
+COLUMNS = ["target", "row", "role", "metric", "published", "predicted", "predicted_lo", "predicted_hi",
+           "error_pct"]  # fmt: skip
+STEPS = 5  # training steps a run simulates; the step seconds are their median (step_seconds_p50)
+METRIC = "step_seconds_p50"
+BEGIN, END = "<!-- results: predict.py -->", "<!-- /results -->"
 
 
-def _workload(fit: dict) -> dict:
-    """One LLM turn a sample, no tools: its time lognormal as fitted on the sync rows."""
-    llm = {"kind": "lognormal", "median": round(fit["median_s"], 4), "sigma": round(fit["sigma"], 4)}
-    return {"steps": 1, "calls_per_step": 0, "llm_time": llm}
+@dataclass
+class Table:
+    """One table's command sequence: its framework, the config of its input rows, the calibrate
+    options (each a documented option), and per held-out row its config and ``--set`` settings."""
+
+    framework: str
+    config: str
+    calibrate: list[str]
+    rows: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
 
 
-def _lognormal_through(mean: float, top: float) -> tuple[float, float]:
-    """Median and sigma of a lognormal with ``mean`` whose 1-in-8192 quantile is ``top``:
-    ln(top / mean) = Z sigma - sigma^2 / 2 (the smaller root)."""
-    r = math.log(top / mean)
-    sigma = Z - math.sqrt(Z * Z - 2.0 * r)
-    return mean / math.exp(sigma * sigma / 2.0), sigma
+def _verl_async(gpus: int, staleness: float, script: str) -> tuple[str, list[str]]:
+    # the fully async recipe takes the log-probs from the engines ("no recompute", the page)
+    return script, [f"cluster.inference.engines={gpus}", f"training.trainer.gpus={gpus}",
+                    f"training.staleness_fraction={staleness}",
+                    "training.train_time={recompute_logprobs: false}"]  # fmt: skip
 
 
-def _lognormal(fit: dict) -> dict:
-    """One sample's generation time on an engine alone."""
-    return {"kind": "lognormal", "median": round(fit["median_s"], 4), "sigma": round(fit["sigma"], 4)}
+def _one_step(engine: str) -> tuple[str, list[str]]:
+    return f"config-{engine}-async-4-12.sh", ["training.mode=one_step_off", "cluster.inference.engines=4",
+                                              "training.trainer.gpus=12"]  # fmt: skip
 
 
-# ----------------------------------------------------------------- verl, fully async (Qwen2.5-Math-7B, H20)
-VERL = {
-    "params_b": 7.6,  # Qwen2.5-Math-7B
-    "peak_tflops": 148.0,  # H20, dense BF16 (NVIDIA's H20 specification)
-    "mfu": 0.4,  # assumed: only sets the mean response length from the trainer's FLOPs
-    "max_tokens": 28 * 1024,  # max_response_length 28K
-    "max_num_seqs": 1024,  # verl's rollout default (actor_rollout_ref.rollout.max_num_seqs)
-    "sync_s": 0.12,  # the same page's checkpoint-engine table: Qwen2.5-Math-7B, 4:4 ranks, without it
-}
+TABLES: dict[str, list[tuple[str, Table]]] = {
+    # the published table's name -> its profiles: (profile name, sequence)
+    "verl": [("verl", Table("verl", "config.yaml", ["--params-b", "7.6"], {
+        "async-16-16": _verl_async(16, 0.5, "config-async-16-16.sh"),
+        "async-32-32": _verl_async(32, 0.5, "config-async-32-32.sh"),
+        "async-64-64": _verl_async(64, 0.5, "config-async-64-64.sh"),
+        "stale-0": _verl_async(64, 0.0, "config-async-64-64.sh"),
+        "stale-0.1": _verl_async(64, 0.1, "config-async-64-64.sh"),
+        "stale-0.3": _verl_async(64, 0.3, "config-async-64-64.sh"),
+    }))],
+    "verl-1step": [
+        ("fsdp2", Table("verl", "config-fsdp2-sync.sh",
+                        ["--rows", "sync-fsdp2", "--params-b", "7.6"],
+                        {"async-fsdp2": _one_step("fsdp2")})),
+        ("megatron", Table("verl", "config-megatron-sync.sh",
+                           ["--rows", "sync-megatron", "--params-b", "7.6"],
+                           {"async-megatron": _one_step("megatron")})),
+    ],
+    "vime": [
+        ("setup1", Table("slime", "config-setup1.sh", [
+            "--rows", "sync-setup1", "--gpus", "2", "--placement", "disaggregated", "--params-b", "4.0"],
+            {"async-setup1": ("config-setup1.sh", ["training.mode=async"])})),
+        ("setup2", Table("slime", "config-setup2.sh", [
+            "--rows", "sync-setup2", "--gpus", "2", "--placement", "disaggregated", "--params-b", "4.0"],
+            {"async-setup2": ("config-setup2.sh", ["training.mode=async"])})),
+    ],
+    # AReaL-boba's 1.5B file for both sizes (the 7B file states only its nodes): 64 + 64 GPUs on 16
+    # nodes; the 7B rows' 24 nodes split the same way (96 + 96, assumed); staleness 4 for the async
+    # runs (the config folder's README)
+    "areal-e2e": [
+        ("1.5b", Table("areal", "config-1.5b.yaml", [
+            "--training", "--framework", "areal", "--rows", "sync-1.5b", "--gpus", "64",
+            "--params-b", "1.78"],
+            {"async-1.5b": ("config-1.5b.yaml", ["training.max_staleness=4"])})),
+        ("7b", Table("areal", "config-1.5b.yaml", [
+            "--training", "--framework", "areal", "--rows", "sync-7b", "--gpus", "96", "--params-b", "7.6"],
+            {"async-7b": ("config-1.5b.yaml", ["training.max_staleness=4", "cluster.inference.engines=96",
+                                               "training.trainer.gpus=96"])})),
+    ],
+}  # fmt: skip
+# the published figure per table: (published.csv column, predicted from the median step seconds)
+FIGURE = {"areal-e2e": ("hours", lambda step_s: step_s * 1000 / 3600)}  # 1,000 PPO steps (Table 2)
+# Tables without a prediction, and why (the calibrate step refuses their logs).
+NOT_PREDICTED = {
+    "areal": "one throughput in tokens/s: no step seconds without the tokens a step trains",
+}  # fmt: skip
 
 
-def fit_verl(rows: pd.DataFrame) -> dict:
-    """Trainer: update_actor = a + b / GPUs (relative least squares over the sync rows). Rollout:
-    gen = Q x (1 + s (8192 / GPUs - 1)), Q the step's longest sample on an engine alone and s the
-    slowdown per request running beside it (log least squares). The mean response length: the
-    trained tokens implied by b at the assumed MFU (tokens per GPU-second = peak x mfu / 6 N)."""
-    g = rows["gpus"].to_numpy(float)
-    upd, gen = rows["update_actor"].to_numpy(float), rows["gen"].to_numpy(float)
-    a, b = optimize.least_squares(lambda p: (p[0] + p[1] / g) / upd - 1.0, [50.0, 5000.0],
-                                  bounds=([0, 0], [np.inf, np.inf])).x  # fmt: skip
-    q, s = optimize.least_squares(lambda p: np.log(p[0] * (1 + p[1] * (SAMPLES / g - 1)) / gen),
-                                  [100.0, 0.01], bounds=([1e-3, 0], [np.inf, np.inf])).x  # fmt: skip
-    v = VERL
-    tps = v["peak_tflops"] * 1e12 * v["mfu"] / (6.0 * v["params_b"] * 1e9)  # tokens / GPU-s, fwd + bwd
-    mean_tokens = b * tps / SAMPLES
-    med, sigma = _lognormal_through(mean_tokens, v["max_tokens"])
-    per_token = q / v["max_tokens"]  # s per token on an engine alone
-    return {"intercept": a, "gpu_seconds": b, "tokens_per_gpu_second": tps, "mean_tokens": mean_tokens,
-            "longest_s": q, "slowdown": s, "median_s": med * per_token, "sigma": sigma}  # fmt: skip
+def cli(*args: str) -> str:
+    """One ``simrollout`` command, run as a new user would (the checkout's package first)."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    done = subprocess.run([sys.executable, "-m", "simrollout.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"simrollout {' '.join(args)}: exit {done.returncode}\n{done.stderr[-2000:]}")
+    return done.stdout
 
 
-def verl_scenario(row: pd.Series, fit: dict) -> dict:
-    sync = row["mode"] == "sync"
-    engines = int(row["gpus"]) if sync else int(row["rollout_gpus"])
-    training = {
-        "prompts_per_step": 512,
-        "samples_per_prompt": 16,
-        "steps": STEPS,
-        "model": {"params_b": VERL["params_b"]},
-        "train_time": {
-            "kind": "flops",
-            "tokens_per_gpu_second": round(fit["tokens_per_gpu_second"], 3),
-            "tokens_per_turn": round(fit["mean_tokens"], 1),
-            "recompute_logprobs": False,  # old_log_prob is apart in the sync rows; the engines' in async
-            "intercept": round(fit["intercept"] / (1 if sync else 4), 3),  # per 512 prompts
-        },
-        "weight_sync_time": VERL["sync_s"],
-    }
-    if not sync:
-        training.update({"mode": "async", "placement": "disaggregated", "mini_batch": 128,
-                         "trainer": {"gpus": int(row["train_gpus"])},
-                         "staleness_fraction": float(row["staleness"])})  # fmt: skip
-    return {
-        "version": 1,
-        "name": f"verl-{row['row']}",
-        "seed": 2026,
-        "workload": _workload(fit),
-        "cluster": {
-            "concurrency": VERL["max_num_seqs"] * engines,
-            "inference": {"engines": engines, "slowdown": round(fit["slowdown"], 6)},
-        },
-        "training": training,
-    }
+def responses(scenario: Path) -> int:
+    """Responses a step of the imported (input) config: B x G."""
+    tr = yaml.safe_load(scenario.read_text())["training"]
+    return int(tr["prompts_per_step"] * tr["samples_per_prompt"])
 
 
-def verl_extra(row: pd.Series, fit: dict) -> float:
-    """Seconds of a sync step the loop does not simulate: the old_log_prob pass as published."""
-    return float(row["old_log_prob"]) if row["mode"] == "sync" else 0.0
+def run_sets(profile: Path, sets: list[str]) -> list[str]:
+    """The ``--set`` options of a held-out run: the profile's rollout and trainer in place of the
+    import's assumed ones, the run's length, then the row's own settings."""
+    out = [f"workload={{import: {profile}}}", f"training.import={profile}", "training.train_time=null",
+           "training.weight_sync_time=null", f"training.steps={STEPS}", *sets]  # fmt: skip
+    return [a for s in out for a in ("--set", s)]
 
 
-# ----------------------------------------------------------------- AReaL, staleness vs throughput (1.5B)
-AREAL = {
-    "params_b": 1.78,  # DeepSeek-R1-Distill-Qwen-1.5B
-    "peak_tflops": 989.0,  # H800, dense BF16
-    "mfu": 0.4,  # assumed, as for verl
-    "max_tokens": 8192,  # the ablation's max_new_tokens
-    "mean_tokens": 4500,  # AReaL v0.1 blog, Figure 1: response length in the 8K stage, 5.7K falling to 4.1K
-    "gpus": 32,  # assumed: 4 nodes, as the same blog's interruptible-generation ablation
-    "rollout_share": 0.75,  # AReaL's benchmark allocation: 3/4 of the GPUs to SGLang (build_cmd.py)
-    "prompt_tokens": 100,  # assumed
-}
+def summary_row(folder: Path) -> dict[str, float]:
+    with (folder / "summary.csv").open() as f:
+        return {
+            k: float(v) if v not in ("", None) and _num(v) else v for k, v in next(csv.DictReader(f)).items()
+        }
 
 
-def fit_areal(rows: pd.DataFrame) -> dict:
-    """The sync row (max staleness 0) as step = longest sample + train + 0: train from the FLOPs
-    (forward and backward plus the recomputed log-probs) on the trainer's GPUs at the assumed MFU,
-    the longest sample the rest. Engines keep their speed under load (slowdown 0)."""
-    a = AREAL
-    tokens = SAMPLES * (a["mean_tokens"] + a["prompt_tokens"])
-    step = tokens / (float(rows["throughput_k"].iloc[0]) * 1e3)
-    train_gpus = round(a["gpus"] * (1 - a["rollout_share"]))
-    train = tokens * 6 * a["params_b"] * 1e9 * (1 + 1 / 3) / (train_gpus * a["peak_tflops"] * 1e12 * a["mfu"])
-    longest = step - train
-    med, sigma = _lognormal_through(a["mean_tokens"], a["max_tokens"])
-    per_token = longest / a["max_tokens"]
-    return {"step_s": step, "train_s": train, "longest_s": longest, "median_s": med * per_token,
-            "sigma": sigma, "train_gpus": train_gpus, "tokens_per_step": tokens}  # fmt: skip
+def _num(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
 
 
-def areal_scenario(row: pd.Series, fit: dict) -> dict:
-    a = AREAL
-    eta = row["staleness"]
-    engines = int(a["gpus"] - fit["train_gpus"])
-    training = {
-        "prompts_per_step": 512,
-        "samples_per_prompt": 16,
-        "steps": STEPS,
-        "placement": "disaggregated",
-        "trainer": {"gpus": int(fit["train_gpus"])},
-        "model": {"params_b": a["params_b"]},
-        "train_time": {"kind": "flops", "peak_tflops": a["peak_tflops"], "mfu": a["mfu"],
-                       "tokens_per_turn": a["mean_tokens"] + a["prompt_tokens"], "recompute_logprobs": True},
-    }  # fmt: skip
-    if eta == "inf" or float(eta) > 0:
-        training.update({"mode": "async", "max_staleness": 10_000 if eta == "inf" else int(float(eta))})
-    else:
-        training["mode"] = "sync"
-    return {
-        "version": 1,
-        "name": f"areal-{row['row']}",
-        "seed": 2026,
-        "workload": _workload(fit),
-        "cluster": {
-            "concurrency": SAMPLES,
-            "inference": {"engines": engines},
-        },  # max_concurrent_rollouts 512 prompts
-        "training": training,
-    }
+def predict_table(target: str, work: Path, published: dict) -> list[dict]:
+    out = []
+    folder = HERE / target
+    for name, t in TABLES[target]:
+        scn = work / f"{target}-{name}-input.yaml"
+        cli("import", t.framework, str(folder / t.config), "-o", str(scn))
+        profile = work / f"{target}-{name}.yaml"
+        cli("calibrate", str(folder / "baseline_metrics.csv"), "--responses", str(responses(scn)),
+            *t.calibrate, "-o", str(profile))  # fmt: skip
+        for row, (config, sets) in t.rows.items():
+            held = work / f"{target}-{row}.yaml"
+            cli("import", t.framework, str(folder / config), "-o", str(held))
+            res = work / f"run-{target}-{row}"
+            cli("run", str(held), "-o", str(res), "--no-records", "--uncertainty", *run_sets(profile, sets))
+            s = summary_row(res)
+            column, of = FIGURE.get(target, ("step", lambda step_s: step_s))
+            pub = float(published[(target, row)][column])
+            pred = of(s[METRIC])
+            lo, hi = (of(s.get(f"{METRIC}{e}", math.nan)) for e in ("_lo", "_hi"))  # no refits: no band
+            out.append({"target": target, "row": row, "role": "held_out",
+                        "metric": "hours" if column == "hours" else "step_s", "published": pub,
+                        "predicted": round(pred, 2), "predicted_lo": round(lo, 2),
+                        "predicted_hi": round(hi, 2),
+                        "error_pct": round(100 * (pred - pub) / pub, 1)})  # fmt: skip
+    return out
 
 
-# ----------------------------------------------------------------- fit, run
-TARGETS = {"verl": (fit_verl, verl_scenario), "areal": (fit_areal, areal_scenario)}
+def results_table(rows: list[dict]) -> str:
+    lines = ["| target | row | published (s a step; areal-e2e: hours) | predicted | band (5th-95th) | error "
+             "| in band |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        inside = r["predicted_lo"] <= r["published"] <= r["predicted_hi"]
+        band = (
+            "none (no refits)"
+            if math.isnan(r["predicted_lo"])
+            else f"{r['predicted_lo']:.2f}-{r['predicted_hi']:.2f}"
+        )
+        lines.append(f"| {r['target']} | {r['row']} | {r['published']:.2f} | {r['predicted']:.2f} | {band} | "
+                     f"{r['error_pct']:+.1f}% | {'yes' if inside else 'no'} |")  # fmt: skip
+    lines.append("")
+    lines.append("| target | held-out rows | MAPE | band coverage |")
+    lines.append("|---|---|---|---|")
+    for target, (n, mape, cover) in summary(rows).items():
+        lines.append(f"| {target} | {n} | {mape:.1f}% | {cover:.0%} |")
+    for what, why in NOT_PREDICTED.items():
+        lines.append(f"| {what} | not predicted | {why} | |")
+    return "\n".join(lines)
 
 
-def published() -> pd.DataFrame:
-    return pd.read_csv(HERE / "published.csv", dtype={"staleness": str})
+def summary(rows: list[dict]) -> dict[str, tuple[int, float, float]]:
+    """Per target: held-out rows, MAPE (%) and the share of published values inside the band."""
+    out = {}
+    for target in dict.fromkeys(r["target"] for r in rows):
+        mine = [r for r in rows if r["target"] == target]
+        mape = sum(abs(r["error_pct"]) for r in mine) / len(mine)
+        cover = sum(r["predicted_lo"] <= r["published"] <= r["predicted_hi"] for r in mine) / len(mine)
+        out[target] = (len(mine), mape, cover)
+    return out
 
 
-def fit() -> None:
-    table = published()
-    fits, out = {}, HERE / "scenarios"
-    out.mkdir(exist_ok=True)
-    for target, (fitter, writer) in TARGETS.items():
-        rows = table[table["target"] == target]
-        fits[target] = {k: float(v) for k, v in fitter(rows[rows["role"] == "input"]).items()}
-        for _, row in rows.iterrows():
-            path = out / f"{target}-{row['row']}.yaml"
-            path.write_text(yaml.safe_dump(writer(row, fits[target]), sort_keys=False))
-    (HERE / "fit.json").write_text(json.dumps(fits, indent=1, sort_keys=True) + "\n")
+def write(rows: list[dict], csv_path: Path, readme: Path | None) -> None:
+    with csv_path.open("w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    if readme is not None and readme.exists():
+        text = readme.read_text()
+        if BEGIN in text and END in text:
+            head, rest = text.split(BEGIN, 1)
+            text = head + BEGIN + "\n" + results_table(rows) + "\n" + END + rest.split(END, 1)[1]
+            readme.write_text(text)
 
 
-def _simulate(path: Path) -> pd.DataFrame:
-    with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-m", "simrollout.cli", "run", str(path), "-o", d, "--no-records"]
-        subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
-        return pd.read_csv(Path(d) / "training_steps.csv")
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a predictions.csv, its figures as numbers (none: an empty list)."""
+    if not path.exists():
+        return []
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for c in COLUMNS[4:]:
+            r[c] = float(r[c]) if r[c] not in ("", None) else math.nan
+    return rows
 
 
-def run() -> None:
-    fits, rows = json.loads((HERE / "fit.json").read_text()), []
-    for _, row in published().iterrows():
-        steps = _simulate(HERE / "scenarios" / f"{row['target']}-{row['row']}.yaml").iloc[WARMUP:]
-        step = float(steps["step_s"].mean())
-        rec = {"target": row["target"], "row": row["row"], "role": row["role"],
-               "rollout_s": float(steps["rollout_s"].mean()),
-               "train_s": float(steps["train_s"].mean())}  # fmt: skip
-        if row["target"] == "verl":
-            step += verl_extra(row, fits["verl"])
-            rec.update(metric="step_s", published=float(row["step"]), predicted=step)
-        else:  # effective training throughput, k tokens/s
-            rec.update(metric="throughput_k", published=float(row["throughput_k"]),
-                       predicted=fits["areal"]["tokens_per_step"] / step / 1e3)  # fmt: skip
-        rec["error_pct"] = 100.0 * (rec["predicted"] / rec["published"] - 1.0)
-        rows.append(rec)
-        print(f"{rec['target']:6} {rec['row']:14} {rec['role']:8} published {rec['published']:8.2f} "
-              f"predicted {rec['predicted']:8.2f} ({rec['error_pct']:+.0f}%)", flush=True)  # fmt: skip
-    pd.DataFrame(rows).round(3).to_csv(HERE / "predictions.csv", index=False)
+def read_published() -> dict:
+    with (HERE / "published.csv").open() as f:
+        return {(r["target"], r["row"]): r for r in csv.DictReader(f)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None, help="tables to predict (default: all)")
+    ap.add_argument("-o", "--out", type=Path, default=HERE / "predictions.csv")
+    ap.add_argument("--no-readme", action="store_true", help="leave README.md as it is")
+    ap.add_argument("--table-only", action="store_true", help="only rewrite README's table from --out")
+    args = ap.parse_args(argv)
+    if args.table_only:
+        write(read_rows(args.out), args.out, HERE / "README.md")
+        return 0
+    published = read_published()
+    targets = args.only or list(TABLES)
+    kept = [r for r in read_rows(args.out) if r["target"] not in targets] if args.only else []
+    rows = list(kept)
+    with tempfile.TemporaryDirectory() as tmp:
+        for target in targets:
+            rows += predict_table(target, Path(tmp), published)
+    order = list(TABLES)
+    rows.sort(key=lambda r: order.index(r["target"]))
+    write(rows, args.out, None if args.no_readme else HERE / "README.md")
+    for target, (n, mape, cover) in summary(rows).items():
+        print(f"{target}: {n} held-out rows, MAPE {mape:.1f}%, band coverage {cover:.0%}")
+    return 0
 
 
 if __name__ == "__main__":
-    {"fit": fit, "run": run}[sys.argv[1]]()
+    sys.exit(main())

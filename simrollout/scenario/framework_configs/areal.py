@@ -32,10 +32,12 @@ def _gpus(sizes: dict[str, int]) -> int:
 
 def read(path: Path) -> Imported:
     k, imp = Knobs(read_yaml(path), path), Imported("areal", path)
-    B = k.need("train_dataset.batch_size", "the prompts a step trains")
-    G = k.number("gconfig.n_samples", 1)
-    imp.put("training.prompts_per_step", B, f"train_dataset.batch_size: {B}")
-    imp.put("training.samples_per_prompt", G, f"gconfig.n_samples: {G}")
+    # AReaL-boba (v0.2) names them dataset.train_bs_n_seqs and group_size
+    bk = "train_dataset.batch_size" if "train_dataset.batch_size" in k else "dataset.train_bs_n_seqs"
+    gk = "gconfig.n_samples" if "gconfig.n_samples" in k or "group_size" not in k else "group_size"
+    B, G = k.need(bk, "the prompts a step trains"), k.number(gk, 1)
+    imp.put("training.prompts_per_step", B, f"{bk}: {B}")
+    imp.put("training.samples_per_prompt", G, f"{gk}: {G}")
     if "allocation_mode" in k:
         mode = str(k.get("allocation_mode"))
         parts, knobs = mode.split("+"), ["allocation_mode"] * 2
@@ -43,7 +45,7 @@ def read(path: Path) -> Imported:
         parts = [str(k.get(n)) for n in ("rollout.backend", "actor.backend") if n in k]
         knobs = ["rollout.backend", "actor.backend"]
     gen = _parallel(parts[0], path, knobs[0]) if parts else (None, {"d": 1})
-    tp = gen[1].get("t", 1) * gen[1].get("p", 1)
+    tp = gen[1].get("t", gen[1].get("m", 1)) * gen[1].get("p", 1)  # v0.2 writes tensor parallel as m
     if len(parts) == 2:
         train = _gpus(_parallel(parts[1], path, knobs[1])[1])
         imp.put("training.preset", "areal", "inference and training GPUs apart: AReaL's async loop")

@@ -99,7 +99,8 @@ def read_script(text: str) -> tuple[dict[str, str], list[str]]:
                     body.append(lines[k])
                     k += 1
                 k += 1
-                env[name] = " ".join(shlex.quote(w) for w in _words(" ".join(body), env))
+                # each line on its own: a comment ends its line, not the array
+                env[name] = " ".join(shlex.quote(w) for part in body for w in _words(part, env))
             else:
                 words = _words(value.strip("()") if value.startswith("(") else value, env)
                 env[name] = " ".join(words) if value.startswith("(") else (words[0] if words else "")

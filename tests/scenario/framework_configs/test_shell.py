@@ -21,3 +21,12 @@ def test_arrays_defaults_and_continuations():
     env, words = read_script(script)
     assert env["M"] == "6"
     assert words == ["run", "--a", "6", "--b", "x", "k.v=2"]
+
+
+def test_a_comment_inside_a_bash_array_ends_its_line_only():
+    from simrollout.scenario.framework_configs.shell import read_script
+
+    env, args = read_script(
+        'ARGS=(\n   --batch 32   # "a comment"\n   --n 8\n)\npython3 train.py ${ARGS[@]}\n'
+    )
+    assert args == ["python3", "train.py", "--batch", "32", "--n", "8"]

@@ -36,3 +36,5 @@ DISTRIBUTED_ARGS=(
 )
 # Hardware: "Hardware | A3" (Ascend A3 NPUs). Not stated: the rollout engine and its version,
 # --rollout-num-gpus-per-engine, micro-batch and dynamic-batch settings, sampling temperature.
+# The sync row's command, as slime's scripts launch it (the issue: "Sync | train.py").
+python3 train.py ${CKPT_ARGS[@]} ${ROLLOUT_ARGS[@]} ${GRPO_ARGS[@]} ${PERF_ARGS[@]} ${DISTRIBUTED_ARGS[@]} 
