@@ -59,25 +59,34 @@ def test_bad_trace_exit_2_nothing_written(traces, tmp_path):
 
 
 @pytest.mark.slow
+def _quiet(r) -> bool:
+    """Nothing on stderr but, at most, the small-sample warning of a fit from a few trajectories."""
+    from simrollout.cli.workload import MIN_TRAJECTORIES, small_sample
+
+    said = " ".join(r.stderr.split())
+    return said == "" or said in {" ".join(small_sample(n).split()) for n in range(1, MIN_TRAJECTORIES)}
+
+
 def test_real_files_import_quietly_with_tool_latency(tmp_path):
     """SWE-agent (no tokens to plot: no empty legend) and verifiers' per-rollout layout; nothing
-    on stderr, and --tool-latency recorded in the provenance and used."""
+    on stderr but the small-sample warning (a handful of real files), and --tool-latency recorded
+    in the provenance and used."""
     from .test_real_files import files
 
     out = tmp_path / "swe.yaml"
     r = cli("workload", "swe-agent", *files("swe-agent", "[!p]*.traj"), "-o", out)
-    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.returncode == 0 and _quiet(r), r.stderr
     assert "no LLM time" in r.stdout
     r = cli("workload", "swe-agent", *files("swe-agent", "pre-0.7*.traj"), "-o", out)
     assert r.returncode == 2 and "--tool-latency SECONDS" in r.stderr and "?." not in r.stderr
     r = cli("workload", "swe-agent", *files("swe-agent", "*.traj"), "-o", out, "--tool-latency", "1.5")
-    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.returncode == 0 and _quiet(r), r.stderr
     doc = yaml.safe_load(out.read_text())
     assert doc["provenance"]["tool_latency"] == 1.5 and doc["provenance"]["trajectories"] == 3
     out = tmp_path / "v.yaml"
     r = cli("workload", "verifiers", *files("verifiers", "*.jsonl"), "-o", out, "--on-bad", "skip")
-    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.returncode == 0 and _quiet(r), r.stderr
     assert "skipped: no_timing 4" in r.stdout and "written before verifiers timed rollouts" in r.stdout
     r = cli("workload", "atif", *files("atif", "*.json"), "-o", tmp_path / "a.yaml")
-    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.returncode == 0 and _quiet(r), r.stderr
     assert "as read: steps reordered 0, steps merged 0" in r.stdout
