@@ -58,7 +58,6 @@ def test_bad_trace_exit_2_nothing_written(traces, tmp_path):
     assert r.returncode == 2 and "'nosuch': expected tracelab, atif, verifiers" in r.stderr
 
 
-@pytest.mark.slow
 def _quiet(r) -> bool:
     """Nothing on stderr but, at most, the small-sample warning of a fit from a few trajectories."""
     from simrollout.cli.workload import MIN_TRAJECTORIES, small_sample
@@ -67,6 +66,7 @@ def _quiet(r) -> bool:
     return said == "" or said in {" ".join(small_sample(n).split()) for n in range(1, MIN_TRAJECTORIES)}
 
 
+@pytest.mark.slow
 def test_real_files_import_quietly_with_tool_latency(tmp_path):
     """SWE-agent (no tokens to plot: no empty legend) and verifiers' per-rollout layout; nothing
     on stderr but the small-sample warning (a handful of real files), and --tool-latency recorded
