@@ -13,7 +13,7 @@ from .options import err
 
 def describe(scn) -> str:
     """One line saying what ``run`` would simulate for ``scn`` and at which fidelity, and why."""
-    from ..validation.verdicts import fidelity_choice
+    from ..sim.route import fidelity_choice
 
     fid, why = fidelity_choice(scn)
     subs = ", ".join(s.name for s in scn.substrates)
@@ -53,7 +53,7 @@ def check(
     from rich.markup import escape
 
     from ..redact import scrub
-    from ..validation.verdicts import unbacked
+    from ..sim.route import unbacked
 
     failed = 0
     for path in scenarios:

@@ -2,23 +2,12 @@
 
 A row's metrics, in % of the step engine's, pass within these. What the matrix found outside them
 is recorded in ``simrollout.sim.route`` (``OUTSIDE``, ``ROUTED``, ``COMPILED_OUTSIDE``), which
-routes ``fidelity: auto`` by it below the runner; its names are re-exported here for the matrix.
+routes ``fidelity: auto`` by it below the runner.
 """
 
 from __future__ import annotations
 
-from ..sim.route import (  # noqa: F401 (the matrix's verdicts as routing reads them)
-    COMPILED_OUTSIDE,
-    LOADED_TOLERANCE,
-    OUTSIDE,
-    ROUTED,
-    TIER_LOADS,
-    TRAINING_TOLERANCE,
-    fidelity_choice,
-    resolved_fidelity,
-    training_route,
-    unbacked,
-)
+from ..sim.route import LOADED_TOLERANCE, TRAINING_TOLERANCE
 
 # tolerance in % of the step engine's value: uncontended, and with a saturated tier or host
 TOLERANCE = {

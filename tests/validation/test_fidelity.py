@@ -7,8 +7,8 @@ import pytest
 
 from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
+from simrollout.sim.route import fidelity_choice
 from simrollout.validation.fidelity import TOLERANCE, Row, build, compare, matrix
-from simrollout.validation.verdicts import fidelity_choice
 
 
 @pytest.mark.slow

@@ -12,8 +12,8 @@ import pytest
 
 from simrollout.run.executors import run_scenario
 from simrollout.scenario import scenario_from_dict
+from simrollout.sim.route import resolved_fidelity
 from simrollout.validation.fidelity import METRICS, TOLERANCE, Row, build, matrix
-from simrollout.validation.verdicts import resolved_fidelity
 
 ROWS = [r for r in matrix() if r.extra != "tokens" and not r.trajectories] + [
     Row("async", "tier", "tokens"),

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from simrollout.scenario import scenario_from_dict
-from simrollout.validation import verdicts
+from simrollout.sim import route
+from simrollout.sim.route import fidelity_choice
 from simrollout.validation.fidelity import Row, build, compare, training_rows, unbacked
-from simrollout.validation.verdicts import fidelity_choice
 
 
 def _auto(row: Row) -> tuple[str, str]:
@@ -23,12 +23,12 @@ def _auto(row: Row) -> tuple[str, str]:
 def test_training_row_holds_where_auto_uses_a_fast_engine(row: Row):
     fid, why = _auto(row)
     if fid == "step":  # routed: a loaded inference tier, said so
-        assert row.load in verdicts.TIER_LOADS and "loaded inference tier" in why
+        assert row.load in route.TIER_LOADS and "loaded inference tier" in why
         return
-    assert row.name not in verdicts.ROUTED
+    assert row.name not in route.ROUTED
     c = compare(row, steps=20, fast=fid)  # the engine auto runs: trajectory, or compiled
     assert c.fidelity == fid in ("trajectory", "compiled")
-    for metric, limit in verdicts.TRAINING_TOLERANCE.items():
+    for metric, limit in route.TRAINING_TOLERANCE.items():
         assert abs(c.diff(metric)) <= limit, f"{row.name}: {metric} {c.diff(metric):+.2f}% (limit {limit}%)"
     if row.extra in ("train_over", "train_dynamic", "train_whole") or row.policy == "async":
         assert c.step.discarded_samples > 0  # the row exercises the discards it bounds
@@ -37,7 +37,7 @@ def test_training_row_holds_where_auto_uses_a_fast_engine(row: Row):
 
 def test_routed_rows_are_rows_of_the_matrix_and_forcing_one_warns():
     names = {r.name for r in training_rows()}
-    assert set(verdicts.ROUTED) <= names
+    assert set(route.ROUTED) <= names
     d = build(Row("async", "both", "train"), 0, 20, 256)
     scn = scenario_from_dict({**d, "fidelity": "trajectory"})
     warning = unbacked(scn)

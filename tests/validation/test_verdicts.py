@@ -25,9 +25,7 @@ def test_the_rows_outside_tolerance_are_the_matrix_measured_in_docs():
     marked = {}
     for line in doc.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        training = (
-            "/train" in cells[0]
-        )  # the training rows: checked against simrollout.validation.verdicts.ROUTED
+        training = "/train" in cells[0]  # the training rows: checked against simrollout.sim.route.ROUTED
         if (
             line.startswith("| ")
             and len(cells) == len(cols)
@@ -71,7 +69,7 @@ def test_run_with_a_forced_unbacked_fidelity_warns_in_the_run_the_title_and_summ
 
 def test_an_interrupting_loop_runs_on_the_step_engine_and_forcing_trajectory_is_refused():
     from simrollout.errors import InputError
-    from simrollout.validation.verdicts import training_route
+    from simrollout.sim.route import training_route
     from tests.sim.test_training import scenario
 
     tr = {
