@@ -148,15 +148,15 @@ class CompiledRun:
         if self.training is not None:  # the workers wait for the trainer's first groups
             self.training.attach(self)
         elif pol.mode == "sync":
-            L._batch(tuple(S), L.K_BATCH)
+            L.batch(tuple(S), L.K_BATCH)
         else:
             for w in range(self.cell.concurrency):
-                L._push(tuple(S), 0.0, w, L.K_NEXT)
+                L.schedule(tuple(S), 0.0, w, L.K_NEXT)
 
     def loop(self) -> None:
         """Run the loop to its end, answering its requests."""
         cell, S = self.cell, self.S
-        gi = S[3]
+        gi = S[L.S_GI]
         while True:
             code = L.run(tuple(S))
             if code == L.R_DONE:
@@ -184,7 +184,7 @@ class CompiledRun:
 
     def _retry(self, w: int) -> None:
         """A retry's draws, from its own stream, in the order the lifecycle uses them."""
-        cell, wf, wi = self.cell, self.S[0], self.S[1]
+        cell, wf, wi = self.cell, self.S[L.S_WF], self.S[L.S_WI]
         i, att = int(wi[w, L.I_I]), int(wi[w, L.I_ATT])
         sub: Substrate = cell.sub
         rng = stream(cell.scn.seed, cell.rep, "retry", sub.name, i, att)
@@ -196,12 +196,12 @@ class CompiledRun:
 
     def _detail(self, w: int) -> None:
         """Trajectory's per-step detail into the pools (its chunk's detail kept while needed)."""
-        cell, wi = self.cell, self.S[1]
+        cell, wi = self.cell, self.S[L.S_WI]
         i = int(wi[w, L.I_I])
         c = i // CHUNK
         if self.training is not None:  # the whole chunk's, read by its trajectories from the loop
             self._load_chunk(c)
-            wi[w, L.I_DS0], wi[w, L.I_DNS], wi[w, L.I_DC0] = self.S[43][i]
+            wi[w, L.I_DS0], wi[w, L.I_DNS], wi[w, L.I_DC0] = self.S[L.S_TD][i]
             wi[w, L.I_DET] = 1
             return
         if i in self.held:
@@ -225,7 +225,7 @@ class CompiledRun:
         (in ``held``) the slices of the bodies in flight that have not read theirs yet: each
         chunk's detail is drawn once, and at most two chunks' are kept, with at most one
         trajectory's slice per body in flight."""
-        cell, wi, gi = self.cell, self.S[1], self.S[3]
+        cell, wi, gi = self.cell, self.S[L.S_WI], self.S[L.S_GI]
         waiting = wi[:, L.I_DET] == 0  # (a worker done with its last trajectory counts: it may wait)
         keep = {c, int(gi[L.J_NEXT]) // CHUNK}
         for k, st in cell.chunks.items():
@@ -246,8 +246,8 @@ class CompiledRun:
 
     def _load_chunk(self, c: int) -> None:
         """Chunk ``c``'s per-step detail into the pools, beside the chunks whose trajectories are
-        still running with theirs (the rest dropped); every trajectory's offsets in S[43]."""
-        cell, wi, td = self.cell, self.S[1], self.S[43]
+        still running with theirs (the rest dropped); every trajectory's offsets in S[L.S_TD]."""
+        cell, wi, td = self.cell, self.S[L.S_WI], self.S[L.S_TD]
         live = wi[:, L.I_DET] == 1
         busy = set((wi[live, L.I_I] // CHUNK).tolist())
         for k in [k for k in self.regions if k not in busy]:
@@ -276,7 +276,7 @@ class CompiledRun:
                      np.concatenate([d.step_calls for d in ds]).astype(np.int64),
                      np.concatenate([d.call_overhead for d in ds]).astype(np.float64),
                      np.concatenate([d.call_tool for d in ds]).astype(np.float64)]  # fmt: skip
-        self.S[27:31] = self.pool
+        self.S[L.S_SG : L.S_CT + 1] = self.pool
         self.regions = regions
 
     def _room(self, steps: int, calls: int) -> None:
@@ -284,7 +284,7 @@ class CompiledRun:
         sg, snc, co, ct = self.pool
         if self.used[0] + steps <= sg.size and self.used[1] + calls <= co.size:
             return
-        wi = self.S[1]
+        wi = self.S[L.S_WI]
         live = np.flatnonzero(wi[:, L.I_DET] == 1)
         calls_of = [int(snc[wi[w, L.I_DS0] : wi[w, L.I_DS0] + wi[w, L.I_DNS]].sum()) for w in live]
         need_s = int(wi[live, L.I_DNS].sum()) + steps
@@ -299,13 +299,13 @@ class CompiledRun:
             wi[w, L.I_DS0], wi[w, L.I_DC0] = s, k
             s, k = s + ns, k + nc
         self.pool = new
-        self.S[27:31] = new
+        self.S[L.S_SG : L.S_CT + 1] = new
         self.used = [s, k]
 
     def finish(self) -> None:
         """Fold every chunk into the cell's metrics; the fleet's peak and the bodies' times."""
-        cell, gi = self.cell, self.S[3]
-        started = self.S[38][:, L.T_STARTED] if self.training is not None else None
+        cell, gi = self.cell, self.S[L.S_GI]
+        started = self.S[L.S_TI][:, L.T_STARTED] if self.training is not None else None
         for k in sorted(cell.chunks):
             st = cell.chunks[k]
             st.ran[:] = True if started is None else started[st.lo : st.lo + len(st.ran)]
@@ -316,7 +316,7 @@ class CompiledRun:
                 del cell.chunks[k]
         cell.fleet.peak_sandboxes = int(gi[L.J_PEAK])
         if cell.curve:
-            cell.bodies_on, cell.bodies_off = self.S[25][: gi[L.J_NON]], self.S[26][: gi[L.J_NOFF]]
+            cell.bodies_on, cell.bodies_off = self.S[L.S_ON][: gi[L.J_NON]], self.S[L.S_OFF][: gi[L.J_NOFF]]
         if cell.progress is not None and gi[L.J_DONE] > gi[L.J_TOLD]:
             cell.progress(int(gi[L.J_DONE] - gi[L.J_TOLD]))
 
@@ -342,15 +342,15 @@ def run_compiled(cell) -> Records | None:
         t0 = time.perf_counter()
         _say_if_compiling()
         sig = (numba.typeof(tuple(run.S)),)
-        for f in (L.run, L._push, L._batch):
+        for f in (L.run, L.schedule, L.batch):
             f.compile(
                 (
                     sig[0],
                     *(
                         [numba.float64, numba.int64, numba.int64]
-                        if f is L._push
+                        if f is L.schedule
                         else [numba.int64]
-                        if f is L._batch
+                        if f is L.batch
                         else []
                     ),
                 )

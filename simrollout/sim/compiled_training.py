@@ -10,7 +10,7 @@ are ready (``R_NOTIFY``) and when its update or weight sync ends (``R_TIMER``). 
 the one every engine runs (:class:`simrollout.sim.trainer.Trainer`); this class is its group book
 over the loop's arrays: what the trainer reads there, and its requests (discards, the gate, the
 timer, a top-up) written into them, which the compiled loop applies when it resumes
-(``compiled_loop._apply``).
+(``compiled_groups.apply_requests``).
 
 Covered: ``mode: async`` (on its own trainer GPUs, the placement async allows), engines paused or
 generating at a sync (``pause_engines_on_sync``), partial rollouts on or off,
@@ -67,7 +67,7 @@ class CompiledTraining(LoopResults):
 
     # ------------------------------------------------------------ the arrays the loop shares
     def arrays(self, c: int) -> list[np.ndarray]:
-        """S[31:43] of the compiled loop (compiled_loop: the training loop's part)."""
+        """The training loop's slots of the compiled loop's state, S_TASK to S_TASKG (compiled_state)."""
         n, G = self.n, self.G
         ng = n // G + 1
         self.task = np.ones(n)
@@ -91,7 +91,7 @@ class CompiledTraining(LoopResults):
 
     def attach(self, run) -> None:
         """Start the trainer; its first wait asks for the first groups."""
-        self.run, self.g_arr = run, run.S[2]
+        self.run, self.g_arr = run, run.S[L.S_G]
         self.cell.task_scale = self.task
         self.cell.loop = self
         self.cell.metrics.attach(self.report)

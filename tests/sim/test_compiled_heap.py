@@ -38,7 +38,7 @@ def test_a_heap_rebuilt_after_dropping_entries_pops_the_rest_in_order():
     for w, t in enumerate(times):
         push(*h, float(t), w, 0)
     ht, hs, hw, hk, gi = h
-    keep = hw[: gi[J_HSIZE]] % 3 != 0  # drop a third, in place, as compiled_loop._compact does
+    keep = hw[: gi[J_HSIZE]] % 3 != 0  # drop a third, in place, as compiled_core.compact does
     m = int(keep.sum())
     for a in (ht, hs, hw, hk):
         a[:m] = a[: gi[J_HSIZE]][keep]
@@ -59,12 +59,12 @@ def test_a_full_heap_drops_the_old_ends_of_cut_segments_before_a_push():
     S = (np.zeros((4, L.NF)), wi, np.zeros(4), gi, ht, hs, hw, hk)
     seg_end = L.K_SEG_END + L.EPOCH  # epoch 1
     for w, t in enumerate((5.0, 6.0, 7.0, 8.0)):
-        L._push(S, t, w, seg_end)
+        L.schedule(S, t, w, seg_end)
     for w in (0, 1):  # cut: a new end at an earlier time, the old one left behind
         wi[w, L.I_EPOCH] = 2
-        L._push(S, 1.0 + w, w, L.K_SEG_END + 2 * L.EPOCH)
+        L.schedule(S, 1.0 + w, w, L.K_SEG_END + 2 * L.EPOCH)
     assert gi[J_HSIZE] == 6  # full
-    L._push(S, 3.0, 3, L.K_NEXT)  # worker 3's event: the two stale ends are dropped first
+    L.schedule(S, 3.0, 3, L.K_NEXT)  # worker 3's event: the two stale ends are dropped first
     assert gi[J_HSIZE] == 5
     got = []
     while gi[J_HSIZE]:
