@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..scenario import Scenario
-from ..sim.route import resolved_fidelity
+from ..sim.route import resolved_engine
 from ..sim.workload_draws import check_memory
 from . import stages
 from .runner import (
@@ -174,7 +174,7 @@ def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) 
     for i, key in tasks:
         if needs_pilot(scenarios[i]):
             pilots.setdefault(pilot_key(scenarios[i], key), (i, key))
-    stream = stream and all(resolved_fidelity(scenarios[i]) == "compiled" for i, _ in tasks)
+    stream = stream and all(resolved_engine(scenarios[i]).compiled for i, _ in tasks)
     if jobs == 1 or not (pilots or stream):
         stages.enter("draws")
         _draw_all(scenarios, tasks, jobs)
@@ -217,7 +217,7 @@ def _draw_all(scenarios: list[Scenario], tasks, jobs: int, pool=None, background
     for i, key in tasks:
         s = scenarios[i]
         sub = s.substrates[key.substrate]
-        work_for(s, key.replication, resolved_fidelity(s) == "step", jobs, sub, pool, background)
+        work_for(s, key.replication, resolved_engine(s).per_step, jobs, sub, pool, background)
 
 
 def _ignore_interrupts() -> None:

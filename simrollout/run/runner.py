@@ -19,12 +19,11 @@ import numpy as np
 import pandas as pd
 
 from ..scenario import Scenario
-from ..sim.compiled import run_compiled
+from ..sim.engines.run import run_engine
 from ..sim.metrics import aggregate
-from ..sim.model import Cell
 from ..sim.pilot_run import run_pilot, slice_scenario
 from ..sim.records import Records
-from ..sim.route import fidelity_choice, resolved_fidelity, unbacked
+from ..sim.route import fidelity_choice, resolved_engine, resolved_fidelity, unbacked
 from ..sim.serving_pilot import Pilot
 from ..sim.workload_draws import Work, draw_work, tool_sums_at_once
 from . import pilot_cache
@@ -112,20 +111,14 @@ def run_cell(
     """Simulate one cell; returns its summary (with the duration and cold-start CDFs under
     ``"_cdf"`` and ``"_cold_cdf"``) and, if
     ``keep``, its per-trajectory records. ``sink(records, first_index)`` sees every chunk."""
-    fid = resolved_fidelity(scn)
+    engine = resolved_engine(scn)
     sub = scn.substrates[key.substrate]
-    work = work_for(scn, key.replication, fid == "step", sub=sub)
+    work = work_for(scn, key.replication, engine.per_step, sub=sub)
     pilot = pilot_key = None
     if needs_pilot(scn):  # the engines' load, from a pilot
         pilot_key, pilot = pilot_for(scn, key)
-    if fid == "compiled":  # the trajectory engine's cell and draws, through the compiled loop
-        cell = Cell(
-            scn, sub, key.concurrency, key.replication, work, "trajectory", progress, sink, keep, pilot
-        )
-        rec = run_compiled(cell)
-    else:
-        cell = Cell(scn, sub, key.concurrency, key.replication, work, fid, progress, sink, keep, pilot)
-        rec = cell.run()
+    c, rep = key.concurrency, key.replication
+    cell, rec = run_engine(engine, scn, sub, c, rep, work, progress, sink, keep, pilot)
     summary = cell.metrics.summary(cell.gpu_busy_seconds())  # the records' and each part's
     summary["_compile"] = getattr(cell, "compile_seconds", 0.0)  # the compiled loop's, in this process
     if pilot is not None:
@@ -144,7 +137,7 @@ PILOTS: dict[str, Pilot] = {}
 
 def needs_pilot(scn: Scenario) -> bool:
     """Whether the scenario's cells take the engines' load from a serving pilot."""
-    return scn.workload.tokens is not None and resolved_fidelity(scn) != "step"
+    return scn.workload.tokens is not None and resolved_engine(scn).pilot
 
 
 def pilot_for(scn: Scenario, key: CellKey) -> tuple[str, Pilot]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..outputs import atomic_file
 from ..scenario import Scenario
+from ..sim.engines import STEP
 from ..sim.model import Cell
 from .runner import work_for
 
@@ -35,9 +36,8 @@ def record(scn: Scenario, substrate: int = 0, concurrency: int | None = None) ->
     """Simulate one cell with tracing on: ``(spans, engine changes)``."""
     check(scn)
     c = concurrency or scn.cluster.levels[0]
-    cell = Cell(
-        scn, scn.substrates[substrate], c, 0, work_for(scn, 0, True, sub=scn.substrates[substrate]), "step"
-    )
+    sub = scn.substrates[substrate]
+    cell = Cell(scn, sub, c, 0, work_for(scn, 0, STEP.per_step, sub=sub), STEP.name)
     cell.trace, cell.tier.trace = [], []
     cell.run()
     return cell.trace, cell.tier.trace

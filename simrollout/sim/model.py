@@ -29,6 +29,7 @@ from ..scenario import Scenario, Substrate
 from .body_steps import StepBody
 from .body_trajectory import TrajectoryBody
 from .chunks import ChunkRows
+from .engines import engine_named
 from .fleet import Fleet
 from .inference import InferenceTier
 from .load import BodyLoad
@@ -76,7 +77,7 @@ class Cell(ChunkRows, SandboxLifecycle, StepBody, TrajectoryBody, Segments, Body
         self.scn, self.sub, self.work = scn, sub, work
         self.pilot = pilot  # serving engines at trajectory fidelity: load curve, busy share, luck
         self.concurrency, self.rep = concurrency, rep
-        self.step = fidelity == "step"
+        self.step = engine_named(fidelity).per_step
         self.env = simpy.Environment()
         self.rng = stream(scn.seed, rep, "substrate", sub.name, "run", concurrency)
         inf, c, f = scn.cluster.inference, sub.contention, sub.failures

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..scenario import Scenario, Substrate, scenario_from_dict
 from ..scenario.overrides import base_dict
+from .engines import STEP
 from .model import Cell
 from .records import OK
 from .serving_pilot import FIRST, LAST, MIN_ENGINES, MIN_FIT, MIN_IN_FLIGHT, STEADY, WAVES, Pilot, phases
@@ -30,7 +31,7 @@ def slice_scenario(scn: Scenario, sub: Substrate, concurrency: int) -> tuple[Sce
 
     conc = part(concurrency)
     d = base_dict(scn)
-    d["fidelity"], d["replications"] = "step", 1
+    d["fidelity"], d["replications"] = STEP.name, 1
     d["cluster"].update(concurrency=conc, clients=part(scn.cluster.clients))
     d["cluster"]["inference"]["engines"] = engines
     d["substrates"] = [s for s in d["substrates"] if s["name"] == sub.name]
@@ -64,7 +65,7 @@ def run_pilot(scn: Scenario, sub: Substrate, concurrency: int, rep: int) -> Pilo
     pscn, conc = slice_scenario(scn, sub, concurrency)
     engines = pscn.cluster.inference.engines
     work = draw_work(pscn, rep, detail=True)
-    cell = Cell(pscn, pscn.substrates[0], conc, rep, work, "step", keep=True)
+    cell = Cell(pscn, pscn.substrates[0], conc, rep, work, STEP.name, keep=True)
     cell.turn_log = []
     samples: list[tuple[int, float]] = []  # (bodies, engine busy seconds)
     period = float(work.llm.sum() / max(work.steps.sum(), 1))  # an unloaded turn, on average

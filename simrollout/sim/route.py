@@ -5,12 +5,14 @@ engine row by row; its judgement (the tolerances, ``simrollout.validation.verdic
 here as the rows it found outside them, and this module routes a scenario by the row that describes
 it: :func:`training_route` for a training loop, :func:`unbacked` for the warning when a scenario
 forces the trajectory engine where the matrix does not back it. The runner and the draws read it,
-so it sits below them and imports only the scenario.
+so it sits below them and imports only the scenario and the engines' registry (:mod:`.engines`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from .engines import COMPILED, STEP, TRAJECTORY, Engine, engine_named
 
 if TYPE_CHECKING:
     from ..scenario.model import Scenario
@@ -57,14 +59,14 @@ OUTSIDE = {
 
 
 # the rows the matrix measured outside tolerance for the compiled engine (docs/fidelity.md,
-# ``compare(row, fast="compiled")`` on the rows it covers, 6,000 x 30 per row)
+# ``compare(row, fast=COMPILED.name)`` on the rows it covers, 6,000 x 30 per row)
 COMPILED_OUTSIDE: dict[str, dict[str, float]] = {}
 
 
 def compiled_route(scn: Scenario) -> str | None:
     """Why ``auto`` may run ``scn`` on the compiled engine (it covers the scenario and the
     matrix's compiled rows of its policy and load hold), else None."""
-    if scn.compiled_gaps() is not None:
+    if COMPILED.gaps(scn) is not None:
         return None
     if scn.training is not None:  # the training rows that back its loop
         if any(name in COMPILED_OUTSIDE for name in _training_rows_of(scn)):
@@ -106,7 +108,7 @@ def row_of(scn: Scenario) -> tuple[str, str, set[str]]:
 def unbacked(scn: Scenario) -> str | None:
     """A warning when ``scn`` forces the trajectory engine where the matrix measured it outside
     tolerance (the row that matches, and its error), else None."""
-    if scn.fidelity != "trajectory":
+    if scn.fidelity != TRAJECTORY.name:
         return None
     if scn.training is not None:
         return unbacked_training(scn)
@@ -122,8 +124,8 @@ def unbacked(scn: Scenario) -> str | None:
     _, name, metric, diff = max(rows)
     tol = LOADED_TOLERANCE[metric]
     return (
-        f"fidelity 'trajectory' is forced where the fidelity matrix measured it outside tolerance: row "
-        f"{name}, {metric} {diff:+.2f}% off the step engine (tolerance ±{tol:g}%, docs/fidelity.md); "
+        f"fidelity '{TRAJECTORY.name}' is forced where the fidelity matrix measured it outside tolerance: "
+        f"row {name}, {metric} {diff:+.2f}% off the step engine (tolerance ±{tol:g}%, docs/fidelity.md); "
         "'auto' runs the step engine here"
     )
 
@@ -183,16 +185,16 @@ def routed_row(scn: Scenario) -> tuple[str, str, float] | None:
 def training_route(scn: Scenario, steps: float) -> tuple[str, str]:
     """What ``fidelity: auto`` runs for a training loop of ``steps`` simulated steps, and why."""
     if steps <= 2e5:
-        return "step", f"auto: {steps:,.0f} steps, small enough to simulate every step"
+        return STEP.name, f"auto: {steps:,.0f} steps, small enough to simulate every step"
     beyond = _missing(scn)
     if beyond is not None:
         return (
-            "step",
+            STEP.name,
             f"auto: the training loop with {beyond} runs on the step engine (no fidelity-matrix row)",
         )
     if row_of(scn)[1] in TIER_LOADS:
         name, metric, diff = routed_row(scn) or ("async/both/train", "discarded_samples", -22.92)
-        return "step", (
+        return STEP.name, (
             "auto: a training loop on a loaded inference tier runs on the step engine: there the "
             f"fidelity matrix's rows gain little and some miss (row {name}: {metric} {diff:+.2f}%, "
             f"tolerance ±{TRAINING_TOLERANCE[metric]:g}%)"
@@ -200,17 +202,17 @@ def training_route(scn: Scenario, steps: float) -> tuple[str, str]:
     hit = routed_row(scn)
     if hit is not None:
         name, metric, diff = hit
-        return "step", (
+        return STEP.name, (
             f"auto: the training loop runs on the step engine: the fidelity matrix's row {name} "
             f"misses {metric} by {diff:+.2f}% (tolerance ±{TRAINING_TOLERANCE[metric]:g}%)"
         )
     compiled = compiled_route(scn)
     if compiled:
         return (
-            "compiled",
+            COMPILED.name,
             f"auto: {steps:,.0f} steps; the training loop in mode '{scn.training.mode}' on {compiled}",
         )
-    return "trajectory", (
+    return TRAJECTORY.name, (
         f"auto: {steps:,.0f} steps; the training loop in mode '{scn.training.mode}' at trajectory "
         "fidelity, within the fidelity matrix's training rows"
     )
@@ -218,20 +220,20 @@ def training_route(scn: Scenario, steps: float) -> tuple[str, str]:
 
 def unbacked_training(scn: Scenario) -> str | None:
     """A warning when ``scn`` forces the trajectory engine on a loop the matrix routes."""
-    if scn.fidelity != "trajectory" or scn.training is None:
+    if scn.fidelity != TRAJECTORY.name or scn.training is None:
         return None
     hit = routed_row(scn)
     beyond = _missing(scn)
     if hit is not None:
         name, metric, diff = hit
         return (
-            f"fidelity 'trajectory' is forced where the fidelity matrix measured the training loop "
+            f"fidelity '{TRAJECTORY.name}' is forced where the fidelity matrix measured the training loop "
             f"outside tolerance: row {name}, {metric} {diff:+.2f}% off the step engine (tolerance "
             f"±{TRAINING_TOLERANCE[metric]:g}%, docs/fidelity.md); 'auto' runs the step engine here"
         )
     if beyond is not None:
         return (
-            f"fidelity 'trajectory' is forced on a training loop with {beyond}, which the fidelity "
+            f"fidelity '{TRAJECTORY.name}' is forced on a training loop with {beyond}, which the fidelity "
             "matrix does not cover (docs/fidelity.md); 'auto' runs the step engine here"
         )
     return None
@@ -247,27 +249,32 @@ def fidelity_choice(scn: Scenario) -> tuple[str, str]:
     if scn.training is not None:
         return training_route(scn, steps)
     if steps <= 2e5:
-        return "step", f"auto: {steps:,.0f} steps, small enough to simulate every step"
+        return STEP.name, f"auto: {steps:,.0f} steps, small enough to simulate every step"
     inf = scn.cluster.inference
     if scn.workload.tokens is not None:
         if scn.policy.mode == "sync":  # the fidelity matrix: p50 +8-9% in sync batches
-            return "step", "auto: sync batches on serving engines need the step engine"
+            return STEP.name, "auto: sync batches on serving engines need the step engine"
         why = f"auto: {steps:,.0f} steps; serving engines from a step-fidelity pilot, within the " \
               "fidelity matrix's serving tolerances"  # fmt: skip
         compiled = compiled_route(scn)
-        return ("compiled", f"{why}; {compiled}") if compiled else ("trajectory", why)
+        return (COMPILED.name, f"{why}; {compiled}") if compiled else (TRAJECTORY.name, why)
     if scn.policy.mode == "sync" and inf is not None and inf.slowdown > 0:
         # the fidelity matrix: sync batches on a loaded tier miss p99 by 3.5% and gain < 2x
-        return "step", "auto: sync batches on a loaded inference tier need the step engine"
+        return STEP.name, "auto: sync batches on a loaded inference tier need the step engine"
     compiled = compiled_route(scn)
     if compiled:
-        return "compiled", f"auto: {steps:,.0f} steps; {compiled}"
+        return COMPILED.name, f"auto: {steps:,.0f} steps; {compiled}"
     return (
-        "trajectory",
+        TRAJECTORY.name,
         f"auto: {steps:,.0f} steps; the trajectory engine holds in every mode of the matrix",
     )
 
 
 def resolved_fidelity(scn: Scenario) -> str:
-    """The fidelity ``scn`` runs at: ``step``, ``trajectory`` or ``compiled``."""
+    """The fidelity ``scn`` runs at: the name of one of the engines (:data:`.engines.ENGINES`)."""
     return fidelity_choice(scn)[0]
+
+
+def resolved_engine(scn: Scenario) -> Engine:
+    """The engine ``scn``'s cells run on."""
+    return engine_named(resolved_fidelity(scn))

@@ -22,7 +22,7 @@ from ..distributions import Capped, Component, Constant, Mixture, Scaled
 from ..distributions.nfold import nfold
 from ..rng import stream
 from ..scenario import Scenario, Substrate, Tool
-from .route import resolved_fidelity
+from .route import resolved_engine, resolved_fidelity
 
 CHUNK = 32_768
 KEEP = 0.5  # keep the per-step detail of bodies longer unloaded than this share of the timeout
@@ -321,7 +321,7 @@ def work_bytes(scn: Scenario) -> float:
     """Bytes of one replication's workload arrays (per-step detail at step fidelity)."""
     wl, n = scn.workload, scn.trajectories
     per = 40.0  # steps, calls (int32) and four float64 sums
-    if resolved_fidelity(scn) == "step":
+    if resolved_engine(scn).per_step:
         steps = min(wl.steps.mean(), wl.max_turns or math.inf)
         per += 16 + steps * (16 + wl.calls_per_step.mean() * 16)  # offsets; per step; per call
     return n * per

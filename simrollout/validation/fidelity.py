@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..scenario import Scenario, scenario_from_dict
+from ..sim.engines import STEP, TRAJECTORY
 from ..sim.route import OUTSIDE, resolved_fidelity, unbacked  # noqa: F401 (the matrix's verdicts)
 from . import fidelity_training
 from .fidelity_row import Row
@@ -197,7 +198,7 @@ def training_rows() -> list[Row]:
 
 def compiled_rows() -> list[Row]:
     """The matrix's rows the compiled engine covers (``Scenario.compiled_gaps``), the training
-    rows among them: compared with the step engine by ``compare(row, fast="compiled")``."""
+    rows among them: compared with the step engine by ``compare(row, fast=COMPILED.name)``."""
     out = []
     for row in matrix() + training_rows():
         d = build(row, row.trajectories or 1000, 20, 256)
@@ -237,7 +238,7 @@ class Comparison:
 
 
 def compare(row: Row, trajectories: int = 1000, steps: int = 20, concurrency: int = 256,
-            fast: str = "trajectory", per_call: bool = True) -> Comparison:  # fmt: skip
+            fast: str = TRAJECTORY.name, per_call: bool = True) -> Comparison:  # fmt: skip
     """Run ``row`` in step fidelity and in ``fast`` fidelity (``trajectory`` or ``auto``).
     ``per_call``: the fast engine draws exec overhead and tool latency call by call, on the step
     engine's numbers (else each trajectory's sums at once, as a run does: the same laws, other
@@ -246,17 +247,17 @@ def compare(row: Row, trajectories: int = 1000, steps: int = 20, concurrency: in
 
     d = build(row, row.trajectories or trajectories, steps, concurrency)  # training rows: their own size
     res, secs = {}, {}
-    for fid in ("step", fast):
+    for fid in (STEP.name, fast):
         scn: Scenario = scenario_from_dict({**d, "fidelity": fid})
         scn._overhead_per_call = scn._tools_per_call = per_call  # the same draws in both engines
         t0 = time.perf_counter()
         res[fid] = run_scenario(scn, jobs=1, keep_records=False)
         secs[fid] = time.perf_counter() - t0
-    step, quick = res["step"], res[fast]
+    step, quick = res[STEP.name], res[fast]
     if "training" in d:  # a long run of the loop: 1,000 steps
         big = scenario_from_dict({**d, "training": {**d["training"], "steps": 1000}})
     else:
         big = scenario_from_dict({**d, "workload": {**d["workload"], "trajectories": 1_000_000}})
     return Comparison(
-        row, step.summary.iloc[0], quick.summary.iloc[0], secs["step"], secs[fast], resolved_fidelity(big)
+        row, step.summary.iloc[0], quick.summary.iloc[0], secs[STEP.name], secs[fast], resolved_fidelity(big)
     )

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..scenario import Scenario, Substrate, scenario_from_dict
+from ..sim.engines import STEP
 from ..sim.workload_draws import draw_work
 from .suite import (
     HeldOutCell,
@@ -40,7 +41,7 @@ def cell_scenario(w: HeldOutWorkload, level: int, substrate: dict, seed: int = 0
         "version": 1,
         "name": f"suite-{w.name}-{level}",
         "seed": seed,
-        "fidelity": "step",
+        "fidelity": STEP.name,
         "workload": {
             "trajectories": w.trajectories(level),
             "steps": w.steps,

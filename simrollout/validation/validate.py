@@ -29,6 +29,7 @@ import yaml
 from ..calibration.backends import Backend
 from ..errors import InputError
 from ..scenario import Scenario, Substrate, scenario_from_dict
+from ..sim.engines import STEP
 from ..sim.workload_draws import draw_work
 
 METRICS = {
@@ -81,7 +82,7 @@ def mini_rollout_scenario(
         "version": 1,
         "name": "validate",
         "seed": seed,
-        "fidelity": "step",
+        "fidelity": STEP.name,
         "workload": {
             "trajectories": trajectories,
             "steps": steps,

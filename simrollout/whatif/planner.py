@@ -308,9 +308,9 @@ def makespan_floor(scn: Scenario, concurrency: int, n_full: int, jobs: int | Non
     for its own work alone (setup, generation unloaded, tool calls, reward; no start, exec
     overhead, wait or retry), or its timeout. From the sample's own workload draw, which its
     simulation then reuses."""
-    from ..sim.route import resolved_fidelity
+    from ..sim.route import resolved_engine
 
-    work = work_for(scn, 0, resolved_fidelity(scn) == "step", jobs or os.cpu_count() or 1, scn.substrates[0])
+    work = work_for(scn, 0, resolved_engine(scn).per_step, jobs or os.cpu_count() or 1, scn.substrates[0])
     own = work.setup + work.llm + work.tool + work.reward
     if scn.policy.timeout:
         own = np.minimum(own, scn.policy.timeout)
