@@ -60,10 +60,10 @@ def _cell(scn: Scenario, key: CellKey, keep: bool, records_dir, progress=None):
 
 def _local_task(i: int, key: CellKey, keep: bool, records_dir):
     q = _SHARED.get("queue")
-    summary, rec = _cell(_SHARED["scenarios"][i], key, keep, records_dir, q.put if q is not None else None)
+    res = _cell(_SHARED["scenarios"][i], key, keep, records_dir, q.put if q is not None else None)
     if q is not None:
         q.put(_SHARED["scenarios"][i].trajectories % _TICK)
-    return i, key, summary, rec
+    return i, key, res
 
 
 def run_many(
@@ -103,7 +103,7 @@ def run_many(
 
         stages.enter("cells", total)
         try:
-            out = [(i, k, *_cell(scenarios[i], k, keep_records, records_dir, tick)) for i, k in tasks]
+            out = [(i, k, _cell(scenarios[i], k, keep_records, records_dir, tick)) for i, k in tasks]
         except BaseException:
             if pool is not None:
                 _stop(pool)
@@ -113,8 +113,8 @@ def run_many(
     else:
         out = _run_local(scenarios, tasks, keep_records, progress, total, jobs, records_dir)
     per: list[list] = [[] for _ in scenarios]
-    for i, key, summary, rec in out:
-        per[i].append((key, summary, rec))
+    for i, key, res in out:
+        per[i].append((key, res))
     return [assemble(s, r) for s, r in zip(scenarios, per)]
 
 
@@ -259,8 +259,7 @@ def _run_ray(scenarios, tasks, keep, progress, total, address, records_dir):
                 if not ready:
                     continue
                 i, k = refs[ready[0]]
-                summary, rec = ray.get(ready[0])
-                out.append((i, k, summary, rec))
+                out.append((i, k, ray.get(ready[0])))
                 done += scenarios[i].trajectories
                 if progress is not None:
                     progress(done, total)

@@ -37,6 +37,20 @@ class CellKey:
 
 
 @dataclass
+class CellResult:
+    """One cell's outcome, as :func:`run_cell` hands it to :func:`assemble` (from another
+    process too)."""
+
+    summary: dict  # its metrics: its row of cells.csv
+    records: Records | None  # its per-trajectory records, when kept
+    cdf: np.ndarray  # duration at CDF_LEVELS
+    cold_cdf: np.ndarray  # cold start at CDF_LEVELS
+    steps: list[dict] = field(default_factory=list)  # the training loop's step table
+    compile_seconds: float = 0.0  # the compiled loop's compile (or cache load), in its process
+    pilot: tuple[str, Pilot] | None = None  # the serving pilot it ran or reused, and its key
+
+
+@dataclass
 class RunResult:
     scenario: Scenario
     fidelity: str
@@ -107,10 +121,9 @@ def run_cell(
     keep: bool = True,
     progress: Callable[[int], None] | None = None,
     sink: Callable[[Records, int], None] | None = None,
-) -> tuple[dict, Records | None]:
-    """Simulate one cell; returns its summary (with the duration and cold-start CDFs under
-    ``"_cdf"`` and ``"_cold_cdf"``) and, if
-    ``keep``, its per-trajectory records. ``sink(records, first_index)`` sees every chunk."""
+) -> CellResult:
+    """Simulate one cell: its summary, its duration and cold-start CDFs and, if ``keep``, its
+    per-trajectory records. ``sink(records, first_index)`` sees every chunk."""
     engine = resolved_engine(scn)
     sub = scn.substrates[key.substrate]
     work = work_for(scn, key.replication, engine.per_step, sub=sub)
@@ -120,12 +133,15 @@ def run_cell(
     c, rep = key.concurrency, key.replication
     cell, rec = run_engine(engine, scn, sub, c, rep, work, progress, sink, keep, pilot)
     summary = cell.metrics.summary(cell.gpu_busy_seconds())  # the records' and each part's
-    summary["_compile"] = getattr(cell, "compile_seconds", 0.0)  # the compiled loop's, in this process
-    if pilot is not None:
-        summary["_pilot"] = (pilot_key, pilot)
-    summary["_cdf"] = cell.acc.sketch["duration"].quantile(CDF_LEVELS)
-    summary["_cold_cdf"] = cell.acc.sketch["cold_start"].quantile(CDF_LEVELS)
-    return summary, rec
+    return CellResult(
+        summary,
+        rec,
+        cdf=cell.acc.sketch["duration"].quantile(CDF_LEVELS),
+        cold_cdf=cell.acc.sketch["cold_start"].quantile(CDF_LEVELS),
+        steps=cell.loop.step_table() if cell.loop is not None else [],
+        compile_seconds=getattr(cell, "compile_seconds", 0.0),
+        pilot=(pilot_key, pilot) if pilot is not None else None,
+    )
 
 
 # pilots run in this process or in its workers (handed back with their cells' summaries), by
@@ -176,14 +192,14 @@ def cell_keys(scn: Scenario) -> list[CellKey]:
     ]
 
 
-def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]]) -> RunResult:
+def assemble(scn: Scenario, results: list[tuple[CellKey, CellResult]]) -> RunResult:
     rows, cdf, cold, steps, compile_s = [], {}, {}, [], 0.0
-    for k, summary, _ in results:
-        compile_s = max(compile_s, summary.pop("_compile", 0.0))
-        remember(summary.pop("_pilot", None))
-        cdf[k] = summary.pop("_cdf")
-        cold[k] = summary.pop("_cold_cdf")
-        for row in summary.pop("_steps", ()):
+    for k, res in results:
+        compile_s = max(compile_s, res.compile_seconds)
+        remember(res.pilot)
+        cdf[k] = res.cdf
+        cold[k] = res.cold_cdf
+        for row in res.steps:
             steps.append({"substrate": scn.substrates[k.substrate].name, "concurrency": k.concurrency,
                           "replication": k.replication, **row})  # fmt: skip
         rows.append(
@@ -191,11 +207,11 @@ def assemble(scn: Scenario, results: list[tuple[CellKey, dict, Records | None]])
                 "substrate": scn.substrates[k.substrate].name,
                 "concurrency": k.concurrency,
                 "replication": k.replication,
-                **summary,
+                **res.summary,
             }
         )
     cells = pd.DataFrame(rows)
-    records = {k: rec for k, _, rec in results if rec is not None}
+    records = {k: res.records for k, res in results if res.records is not None}
     return RunResult(
         scn,
         resolved_fidelity(scn),

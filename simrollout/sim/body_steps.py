@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from .records import CANCELLED, LOST, OK, TIMEOUT
+from .records import CANCELLED, LOST, OK, TIMEOUT, BodyResult
 from .serving import ServingTier
 from .waits import await_event, until
 from .workload_draws import CHUNK, Work
@@ -21,7 +21,7 @@ class StepBody:
         if isinstance(self.tier, ServingTier):
             self.tier.close(i)
         status, llm, steps, over = out
-        return status, llm, steps, self.env.now - t_begin, over
+        return BodyResult(status, llm, steps, self.env.now - t_begin, over)
 
     def _steps(self, i: int, host: int, deadline: float, fail_call: int):
         """Every step of trajectory ``i``: ``(status, generation, steps done, exec overhead)``."""

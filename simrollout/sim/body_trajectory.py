@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import simpy
 
-from .records import LOST, OK, TIMEOUT
+from .records import LOST, OK, TIMEOUT, BodyResult
 from .segments import AT_RISK
 from .workload_draws import CHUNK
 
@@ -17,7 +17,7 @@ class TrajectoryBody:
     """The trajectory engine's body of a :class:`simrollout.sim.model.Cell` (a part of it)."""
 
     def _body_trajectory(self, i: int, host: int, deadline: float, fail_call: int, t0: float):
-        """The body as few timeouts: ``(status, generation, steps done, body time, exec overhead)``."""
+        """The body as few timeouts: its :class:`~.records.BodyResult`."""
         env, st = self.env, self.chunks[i // CHUNK]
         j = i - st.lo
         *_, llm, over, tool, setup, reward, steps = st.inputs[j].tolist()  # _IN
@@ -45,9 +45,8 @@ class TrajectoryBody:
             start = (done, per[0] * x_l * done, spent, per[1] * x_e * done)
             setup, reward = max(setup - spent, 0.0), min(reward, d - spent)
         out = yield from self._segments(i, host, deadline, status, units, per, setup, reward, tail, start)
-        status, g, done, work_time, o = out
-        st.gen[j] = (t0, env.now, g / work_time if work_time > 0 else 0.0)
-        return status, g, done, env.now - t0, o
+        st.gen[j] = (t0, env.now, out.llm / out.seconds if out.seconds > 0 else 0.0)
+        return out._replace(seconds=env.now - t0)
 
     def _body_alone(self, i, st, deadline, t0, status, units, tail, sums):
         """Nothing contends: the body's sums as one wait, cut at the deadline."""
@@ -66,7 +65,7 @@ class TrajectoryBody:
         st.gen[i - st.lo] = (t0, t0 + dur, g / part if part > 0 else 0.0)
         if not self.fleet.defer:
             yield self.env.timeout(dur)
-        return status, g, done, dur, o
+        return BodyResult(status, g, done, dur, o)
 
     def _one_wait(self, i, st, host, t0, steady, per, units):
         """The body as one wait at the steady load: ``(its result, None)``, or ``(None, time
@@ -81,7 +80,7 @@ class TrajectoryBody:
         try:
             yield env.timeout(d)
             st.gen[i - st.lo] = (t0, env.now, per[0] * x_l / rate if rate > 0 else 0.0)
-            return (OK, per[0] * x_l * units, int(units), d, per[1] * x_e * units), None
+            return BodyResult(OK, per[0] * x_l * units, int(units), d, per[1] * x_e * units), None
         except simpy.Interrupt:
             spent = env.now - t0
         finally:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
-from .records import CANCELLED, LOST, OK, TIMEOUT
+from .records import CANCELLED, LOST, OK, TIMEOUT, BodyResult
 from .segments import _STILL  # multipliers that moved less than this: double the segment
 from .workload_draws import CHUNK
 
@@ -174,7 +174,7 @@ class LoopBodies:
                 pass
 
     def body(self, i: int, host: int, deadline: float, fail_call: int, t_begin: float):
-        """Trajectory ``i``'s body: ``(status, generation, steps done, seconds, exec overhead)``."""
+        """Trajectory ``i``'s body: its :class:`~.records.BodyResult`."""
         cell, env = self.cell, self.env
         w, st = cell.work, cell.chunks[i // CHUNK]
         j = i - st.lo
@@ -192,7 +192,7 @@ class LoopBodies:
         status, g_all, done, o_all = out
         busy = env.now - t0
         st.gen[j] = (t0, env.now, g_all / busy if busy > 0 else 0.0)
-        return status, g_all, done, env.now - t_begin, o_all
+        return BodyResult(status, g_all, done, env.now - t_begin, o_all)
 
     def _run(self, i, host, deadline, status, units, tail, gen, over, tool, S, a, x, w):
         cell, loop = self.cell, self.loop

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,6 +27,17 @@ ROW = ("start", "end", "cold", "acquire_wait", "worker", "sandbox", "llm", "atte
 Row = namedtuple("Row", ROW)  # one trajectory's row, as an engine ends it
 ROW_DTYPE = np.dtype([(name, np.float64) for name in ROW])
 RECORD_TYPES = {"attempts": np.int8, "status": np.int8, "warm": bool, "steps_done": np.int32}
+
+
+class BodyResult(NamedTuple):
+    """How a trajectory's body ended, as every SimPy engine's body returns it (the sandbox's
+    attempt takes its row's ``status``, ``llm``, ``steps_done`` and ``overhead`` from it)."""
+
+    status: int  # OK, TIMEOUT, LOST (the sandbox was lost at a failing call) or CANCELLED
+    llm: float  # seconds generating
+    steps: int  # steps done
+    seconds: float  # the body's time (its slot's, from the body's start)
+    overhead: float  # exec overhead, s
 
 
 @dataclass

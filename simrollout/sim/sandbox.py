@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..rng import stream
-from .records import CANCELLED, FAILED, LOST, OK, Row
+from .records import CANCELLED, FAILED, LOST, OK, BodyResult, Row
 from .substrate_draws import first_failure
 from .workload_draws import CHUNK
 
@@ -159,7 +159,8 @@ class SandboxLifecycle:
         if i in self.cancelled:  # cancelled by the training loop while it waited for a sandbox
             status, llm, busy, a.over = CANCELLED, 0.0, 0.0, 0.0
         else:
-            status, llm, busy = yield from self._body(i, st, a, host, lag)
+            body = yield from self._body(i, st, a, host, lag)
+            status, llm, busy = body.status, body.llm, body.seconds
         a.status = status
         if fleet.defer:
             lag += busy
@@ -178,7 +179,8 @@ class SandboxLifecycle:
         return (yield from self._release(i, a, host, billed, llm, busy, lag))
 
     def _body(self, i: int, st, a: Attempts, host: int, lag: float):
-        """The body in the cell's engine: ``(status, generation, body time)``."""
+        """The body in the cell's engine: its :class:`~.records.BodyResult` (its steps and exec
+        overhead kept in the attempt)."""
         env, fleet = self.env, self.fleet
         dom = fleet.dom(host, i)  # where its operations contend (contention.scope)
         p_exec = fleet.fail["exec"](fleet.load(dom) + 1.0)
@@ -190,10 +192,11 @@ class SandboxLifecycle:
         self._count_bodies(+1)
         if self.pilot is not None:
             self._x[i] = float(st.scale[i - st.lo])
-        status, llm, a.steps, busy, a.over = yield from body(i, dom, a.deadline, fail_call, env.now + lag)
+        out: BodyResult = yield from body(i, dom, a.deadline, fail_call, env.now + lag)
+        a.steps, a.over = out.steps, out.overhead
         self._x.pop(i, None)
         self._count_bodies(-1)
-        return status, llm, busy
+        return out
 
     def _release(self, i: int, a: Attempts, host: int, billed: float, llm: float, busy: float, lag: float):
         """Tear the sandbox down; True when the attempt lost its sandbox and is to be retried."""

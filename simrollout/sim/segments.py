@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from .records import OK, TIMEOUT
+from .records import OK, TIMEOUT, BodyResult
 from .waits import until
 
 AT_RISK = 1.25  # a body whose estimated end times this passes its deadline runs exact steps
@@ -27,7 +27,7 @@ class _Progress:
     o: float
 
     def timeout(self, steps: int) -> tuple:
-        return TIMEOUT, self.g, steps, self.time, self.o
+        return BodyResult(TIMEOUT, self.g, steps, self.time, self.o)
 
 
 class Segments:
@@ -56,12 +56,12 @@ class Segments:
     def _segments(
         self, i, host, deadline, status, units, per, setup, reward, tail=None, start=(0.0, 0.0, 0.0, 0.0)
     ):
-        """The body's steps in segments: ``(status, generation, steps done, time in steps, exec
-        overhead)``."""
+        """The body's steps in segments: a :class:`~.records.BodyResult` (its ``seconds``: the time
+        in steps)."""
         env = self.env
         p = _Progress(*start)
         if setup and not (yield from until(env, setup, deadline)):
-            return TIMEOUT, 0.0, 0, 0.0, p.o
+            return BodyResult(TIMEOUT, 0.0, 0, 0.0, p.o)
         if not self._ramped:
             self._ramp -= 1
             self._ramped = self._ramp <= 0
@@ -118,7 +118,7 @@ class Segments:
             else:
                 k, g, o = int(du * left / d), g0 * x_l * left / d, o0 * x_e * left / d
             yield env.timeout(left)
-            return (TIMEOUT, p.g + g, int(done) + k, p.time + left, p.o + o), seg
+            return BodyResult(TIMEOUT, p.g + g, int(done) + k, p.time + left, p.o + o), seg
         d, du, g0, o0, seg = yield from self._wait_segment(i, host, d, du, g0, o0, x_l, x_e, seg, long)
         p.g += g0 * x_l
         p.o += o0 * x_e
@@ -177,4 +177,4 @@ class Segments:
                 return p.timeout(int(units))
         if status == OK and reward and not (yield from until(env, reward, deadline)):
             return p.timeout(int(units))
-        return status, p.g, int(p.done + 1e-9), p.time, p.o
+        return BodyResult(status, p.g, int(p.done + 1e-9), p.time, p.o)

@@ -199,11 +199,11 @@ class LoopResults:
 
     def report(self, store, out: dict) -> None:
         """The loop's metrics in the cell's summary (a :class:`~.metrics.MetricsStore` part): the
-        GPU and cost figures with the trainer in, the training metrics, the step table."""
+        GPU and cost figures with the trainer in, the training metrics (its step table:
+        :meth:`step_table`)."""
         inf = store.scn.cluster.inference
         self.adjust(out, inf)
         out.update(self.summary(inf.engines if inf else 0, self.cell.tier.utilised_seconds))
-        out["_steps"] = self.step_table()
 
     def step_table(self) -> list[dict]:
         """One row per trained step: its time and its breakdown, and what the frameworks report

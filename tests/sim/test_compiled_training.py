@@ -22,7 +22,8 @@ def _row(extra: str = "train", load: str = "host", steps: int = 30, **training) 
 def _cell(d: dict, fid: str):
     scn = scenario_from_dict({**d, "fidelity": fid})
     scn._overhead_per_call = scn._tools_per_call = True  # the same draws in every engine
-    summary, rec = run_cell(scn, CellKey(0, scn.cluster.levels[0], 0), keep=True)
+    res = run_cell(scn, CellKey(0, scn.cluster.levels[0], 0), keep=True)
+    summary, rec = res.summary, res.records
     return summary, rec
 
 

@@ -72,7 +72,7 @@ def test_every_trajectory_as_in_the_step_engine_without_load(training):
 def test_grpo_loop_at_trajectory_fidelity_on_a_loaded_host_matches_the_step_engine():
     # the fidelity matrix's async row on a host with contention, at CI size
     d = build(Row("async", "host", "train", trajectories=20), 0, 20, 256)
-    runs = {f: run_cell(scenario_from_dict({**d, "fidelity": f}), CellKey(0, 256, 0), keep=False)[0]
+    runs = {f: run_cell(scenario_from_dict({**d, "fidelity": f}), CellKey(0, 256, 0), keep=False).summary
             for f in ("step", "trajectory")}  # fmt: skip
     s, t = runs["step"], runs["trajectory"]
     for m, tol in (("training_hours", 0.01), ("step_seconds_p50", 0.02), ("masked_samples", 0.03)):

@@ -13,7 +13,7 @@ from simrollout.validation.fidelity import Row, build
 def _run(d: dict, fid: str = "step") -> dict:
     scn = scenario_from_dict({**d, "fidelity": fid})
     scn._overhead_per_call = scn._tools_per_call = True  # the same draws in every engine
-    summary, _ = run_cell(scn, CellKey(0, scn.cluster.levels[0], 0), keep=True)
+    summary = run_cell(scn, CellKey(0, scn.cluster.levels[0], 0), keep=True).summary
     return summary
 
 

@@ -102,8 +102,8 @@ def test_one_prompt_per_group_with_batch_c_is_todays_sync_batch():
     d["workload"].pop("trajectories")
     d["training"] = {"prompts_per_step": 16, "samples_per_prompt": 1, "steps": 6, "train_time": 0}
     loop_scn = scenario_from_dict(d)
-    a = run_cell(batch, CellKey(0, 16, 0))[1]
-    b = run_cell(loop_scn, CellKey(0, 16, 0))[1]
+    a = run_cell(batch, CellKey(0, 16, 0)).records
+    b = run_cell(loop_scn, CellKey(0, 16, 0)).records
     assert b.start.size == 96
     np.testing.assert_allclose(np.sort(b.end), np.sort(a.end))
     np.testing.assert_allclose(b.worker.sum(), a.worker.sum())

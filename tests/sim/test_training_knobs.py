@@ -209,7 +209,7 @@ def test_single_turn_token_workload_runs_without_tools_or_substrate(cap, turn, t
 
     scn = scenario_from_dict(_single_turn(cap))
     assert scn.sandboxless and scn.workload.calls_per_step.mean() == 0
-    summary, _ = run_cell(scn, CellKey(0, 16, 0))
+    summary = run_cell(scn, CellKey(0, 16, 0)).summary
     assert summary["step_seconds_mean"] == pytest.approx(turn + 7 + 3)
     assert summary["truncated_samples"] == truncated
     assert summary["sandbox_hours"] == 0

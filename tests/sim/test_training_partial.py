@@ -66,7 +66,7 @@ def test_interrupt_resumes_under_the_new_weights_and_prefills_again():
 
 
 def test_interrupt_summary_counts_resumed_samples():
-    summary, _ = run_cell(scenario_from_dict(_scenario("interrupt")), CellKey(0, 1, 0))
+    summary = run_cell(scenario_from_dict(_scenario("interrupt")), CellKey(0, 1, 0)).summary
     assert summary["resumed_samples_trained"] == 2 and summary["interrupted_requests"] == 2
     assert summary["partial_samples_trained"] == 2
 
