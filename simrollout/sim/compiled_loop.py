@@ -14,7 +14,8 @@ handler and runs the loop; it re-exports the state's names for the Python side.
 Every function here is compiled without numba's reference counting (``_nrt=False``): nothing in
 the loop allocates, and the counts' atomic operations took about 60% of its time. The handlers are
 inlined (``inline="always"``) into the loop, as one function was: called, they cost a third of
-its time."""
+its time. numba's cache of :func:`run` is keyed by this file alone: after editing a module it
+inlines or calls (``compiled_*.py``), touch this file or clear the cache (:mod:`simrollout.numba_cache`)."""
 
 from __future__ import annotations
 
