@@ -48,8 +48,9 @@ STEP = Engine(
 )
 TRAJECTORY = Engine(
     "trajectory",
-    covers="every mode of the fidelity matrix within tolerance, but training loops on a token "
-    "workload and at_sync 'interrupt' (Scenario checks)",
+    covers="every scenario but a training loop on a token workload or with at_sync 'interrupt' "
+    "(the Scenario's checks); the fidelity matrix holds it to the step engine (route.OUTSIDE: the "
+    "rows it misses)",
     runs="SimPy processes; a body is one wait or segments that re-read the load "
     "(sim/body_trajectory.py, sim/segments.py); serving engines through a step pilot",
     per_step=False,
