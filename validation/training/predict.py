@@ -136,10 +136,13 @@ def run_sets(profile: Path, sets: list[str]) -> list[str]:
 
 
 def summary_row(folder: Path) -> dict[str, float]:
+    """The run's summary, its figures as numbers (an empty cell: NaN, e.g. no band without refits)."""
     with (folder / "summary.csv").open() as f:
-        return {
-            k: float(v) if v not in ("", None) and _num(v) else v for k, v in next(csv.DictReader(f)).items()
-        }
+        row = next(csv.DictReader(f))
+    return {
+        k: (math.nan if v in ("", None) else float(v)) if v in ("", None) or _num(v) else v
+        for k, v in row.items()
+    }
 
 
 def _num(v: str) -> bool:
