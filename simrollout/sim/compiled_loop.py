@@ -49,10 +49,12 @@ C_COLD, C_WARM, C_TD, C_UC, C_UE, C_UT, C_CALLS, C_LLM, C_OVER, C_TOOL, C_SETUP,
 # trained / started, trajectories started, queued, running, the queue's head and tail, idle workers,
 # workers at the closed gate, ready groups the trainer waits for, the budget ran out, requests from
 # Python (cut segments: 1 cancels, 2 a barrier; open the gate; top up; set the timer), ready groups
-# listed, the gate closed
+# listed, the gate closed; sync and one_step_off: groups to start at the next top-up whatever the
+# bound, the trainer woken after this instant's events scheduled before (SimPy's order)
 (L_VERSION, L_G, L_LIVE, L_NREADY, L_TRAINED, L_NEXTG, L_NEXTI, L_QUEUED, L_RUNNING, L_QH, L_QT, L_NIDLE,
- L_NGATE, L_NEED, L_EXH, L_CUT, L_OPEN, L_TOPUP, L_TIMER, L_RQN, L_GATE) = range(21)  # fmt: skip
-NL = 21
+ L_NGATE, L_NEED, L_EXH, L_CUT, L_OPEN, L_TOPUP, L_TIMER, L_RQN, L_GATE, L_START,
+ L_DEFER) = range(23)  # fmt: skip
+NL = 23
 # a group's integers (S[36]) and floats (S[37]); a trajectory's loop integers (S[38])
 GS_STATE, GS_LEFT, GS_MASK, GS_CAUSE = range(4)
 GF_READY, GF_WORKER, GF_SANDBOX, GF_LLM, GF_N = range(5)
@@ -190,14 +192,16 @@ def _park(S, w):
 @njit(cache=True, _nrt=False)
 def _top_up(S):
     """Start groups while the staleness bound and the rollout slots allow (async: AReaL's rule),
-    their members queued; idle workers take them."""
+    or the ``L_START`` groups the step being collected still needs (sync, one_step_off), their
+    members queued; idle workers take them."""
     G, LI, P, GS = S[2], S[32], S[8], S[36]
     gsz, c, n, now = LI[L_G], int(P[P_C]), int(P[P_N]), G[G_NOW]
-    while (LI[L_LIVE] + LI[L_NREADY] + LI[L_TRAINED] < G[G_BOUND]
-           and LI[L_QUEUED] + LI[L_RUNNING] + gsz <= max(c, gsz)):  # fmt: skip
+    while LI[L_START] > 0 or (LI[L_LIVE] + LI[L_NREADY] + LI[L_TRAINED] < G[G_BOUND]
+                              and LI[L_QUEUED] + LI[L_RUNNING] + gsz <= max(c, gsz)):  # fmt: skip
         if LI[L_NEXTI] + gsz > n:  # the trajectory budget ran out
             LI[L_EXH] = 1
             break
+        LI[L_START] = max(LI[L_START] - 1, 0)
         g = LI[L_NEXTG]
         LI[L_NEXTG] = g + 1
         LI[L_LIVE] += 1
@@ -209,6 +213,7 @@ def _top_up(S):
             LI[L_QT] += 1
         LI[L_QUEUED] += gsz
         LI[L_NEXTI] += gsz
+    LI[L_START] = 0
     for _ in range(min(LI[L_NIDLE], LI[L_QT] - LI[L_QH])):
         LI[L_NIDLE] -= 1
         _push(S, now, S[34][LI[L_NIDLE]], K_NEXT)
@@ -222,6 +227,9 @@ def _notify(S, w):
     need = LI[L_NEED]
     if need > 0 and (LI[L_NREADY] >= need or (LI[L_EXH] and LI[L_LIVE] == 0)):
         LI[L_NEED] = 0
+        if LI[L_DEFER]:  # an event after those of this instant already scheduled (run: R_NOTIFY)
+            _push(S, S[2][G_NOW], int(S[8][P_C]) + 1, K_TIMER)
+            return False
         GI[J_REQ], GI[J_REQW] = R_NOTIFY, w
         if w >= 0:
             S[1][w, I_RESUME] = K_NEXT
@@ -743,6 +751,9 @@ def run(S):
                     continue
                 k = k % EPOCH
             elif k == K_TIMER:
+                if w > S[8][P_C]:  # the training loop's deferred notice (_notify)
+                    GI[J_REQ], GI[J_REQW] = R_NOTIFY, -1
+                    return R_NOTIFY
                 return R_TIMER
         else:
             return R_DONE
