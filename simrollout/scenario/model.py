@@ -77,7 +77,6 @@ class Scenario(_Model):
         pol, inf, tr = self.policy, self.cluster.inference, self.training
         checks = (
             (tr is not None and tr.dynamic_sampling is not None, "dynamic sampling in a training loop"),
-            (tr is not None and tr.at_sync == "interrupt", "at_sync 'interrupt'"),
             (tr is not None and tr.on_failure != "mask", f"on_failure '{tr and tr.on_failure}'"),
             (tr is not None and self.workload.tokens is not None, "a training loop on serving engines"),
             (pol.warm_pool > 0, "a warm pool"),

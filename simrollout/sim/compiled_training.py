@@ -60,8 +60,6 @@ class CompiledTraining(LoopResults):
         self._low = 0  # every group below it is ready, trained or discarded
         self._stale = self._partial = 0
         self.finished = math.nan
-        self.interrupts = 0
-        self.resumed = np.zeros(self.n, dtype=bool)
         self._token_cum: np.ndarray | None = None
         self._seed, self._rep = cell.scn.seed, cell.rep
         self.trainer = None  # the trainer's generator while it runs
@@ -82,7 +80,7 @@ class CompiledTraining(LoopResults):
         idle[:c] = np.arange(c)[::-1]  # worker 0 on top
         self.gs = np.zeros((ng, 4), dtype=np.int64)
         self.gf = np.zeros((ng, 5))
-        self.ti = np.zeros((n, 4), dtype=np.int64)
+        self.ti = np.zeros((n, 5), dtype=np.int64)
         self.rq = np.zeros(ng, dtype=np.int64)
         self.disc = np.zeros((len(CAUSES), 4))
         self.gen_counts = np.zeros(2)
@@ -110,6 +108,16 @@ class CompiledTraining(LoopResults):
     @property
     def started(self) -> np.ndarray:
         return self.ti[:, L.T_STARTED].astype(bool)
+
+    @property
+    def interrupts(self) -> int:
+        """Requests interrupted at a weight sync (at_sync: interrupt), each resumed after it."""
+        return int(self.ti[:, L.T_RESUMED].sum())
+
+    @property
+    def resumed(self) -> np.ndarray:
+        """Which trajectories had a turn interrupted and resumed under newer weights."""
+        return self.ti[:, L.T_RESUMED] > 0
 
     @property
     def gen_steps(self) -> np.ndarray:
@@ -309,6 +317,11 @@ class CompiledTraining(LoopResults):
 
     def barrier(self) -> None:
         self.li[L.L_CUT] |= 2
+
+    def interrupt(self) -> None:
+        """Bodies generating stop their turn and resume it when the gate opens (the loop's
+        ``_pause``); no prefix cache to clear (no serving engines)."""
+        self.li[L.L_CUT] |= 4
 
     def next_version(self) -> None:
         self.li[L.L_VERSION] += 1

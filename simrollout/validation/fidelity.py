@@ -189,6 +189,7 @@ def training_rows() -> list[Row]:
     loads = ("none", "host", "both")
     out += [Row("sync", ld, x) for x in ("train_disagg", "train_over", "train_dynamic") for ld in loads]
     out += [Row("async", ld, "train_whole") for ld in loads]
+    out += [Row(m, ld, "train_interrupt") for m in ("async", "one_step_off") for ld in loads]
     # the frameworks' knobs: the trainer with physics, the stream pipeline, the fraction bound
     out += [Row("sync", ld, x) for x in ("train_physics", "train_stream") for ld in loads]
     out += [Row("async", ld, "train_fraction") for ld in loads]

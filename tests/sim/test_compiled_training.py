@@ -14,7 +14,7 @@ from simrollout.sim.compiled import run_compiled
 from simrollout.sim.model import Cell
 from simrollout.validation.fidelity import Row, build, compare
 from simrollout.validation.verdicts import TRAINING_TOLERANCE
-from tests.sim.test_training import scenario
+from tests.sim.test_training import loop_of, scenario
 
 
 def _row(extra: str = "train", load: str = "host", steps: int = 30, mode: str = "async", **training) -> dict:
@@ -96,7 +96,6 @@ def test_paused_engines_hold_their_sandboxes_at_the_gate():
 
 def test_what_it_does_not_cover_is_a_clear_error_when_forced():
     for training, why in (
-        ({"at_sync": "interrupt"}, "at_sync 'interrupt'"),
         ({"dynamic_sampling": {"alpha": 1.0, "beta": 1.0}}, "dynamic sampling"),
         ({"on_failure": "retry"}, "on_failure 'retry'"),
     ):
@@ -148,3 +147,20 @@ def test_over_sampled_sync_trains_the_first_ready_groups_and_cancels_or_carries_
         assert over > 0 if leftover == "cancel" else over == 0
     assert started["cancel"] == 5 * 6  # ceil(4 x 1.5) groups a step
     assert started["carry"] < started["cancel"]
+
+
+@pytest.mark.parametrize("mode", ["async", "one_step_off"])
+def test_an_interrupted_turn_waits_for_the_weights_then_ends_its_rest_as_in_the_step_engine(mode):
+    """at_sync: interrupt on test_training's constant turns (2 s of generation, 1.1 s of calls):
+    a sync stops every turn in progress and its rest runs after the new weights, so the steps end
+    when the step engine's do, later than at_sync: finish, with as many requests interrupted."""
+    tr = {"placement": "disaggregated", "trainer": {"gpus": 1}, "mode": mode, "steps": 5, "train_time": 5}
+    ends = {}
+    for at_sync in ("finish", "interrupt"):
+        scn = scenario({**tr, "at_sync": at_sync})
+        compiled, step = _compiled_loop(scn), loop_of(scn)[0]
+        ends[at_sync] = [r["end_s"] for r in compiled.step_table()]
+        assert ends[at_sync] == pytest.approx([r["end_s"] for r in step.step_table()])
+        assert compiled.interrupts == step.interrupts
+        assert compiled.resumed[compiled.trained_members].sum() == step.resumed[step.trained_members].sum()
+    assert ends["interrupt"][-1] > ends["finish"][-1]
