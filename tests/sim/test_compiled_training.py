@@ -40,7 +40,8 @@ def _compiled_loop(scn):
 
 ROWS = [Row("async", "host", "train"), Row("async", "none", "train_fraction"), Row("sync", "host", "train"),
         Row("one_step_off", "host", "train"), Row("sync", "host", "train_over"),
-        Row("sync", "host", "train_stream")]  # fmt: skip
+        Row("sync", "host", "train_stream"), Row("async", "host", "train_interrupt"),
+        Row("one_step_off", "host", "train_interrupt")]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -49,7 +50,9 @@ def test_within_the_training_rows_tolerance_of_the_step_engine(row):
     c = compare(row, fast="compiled")
     for metric, limit in TRAINING_TOLERANCE.items():
         assert abs(c.diff(metric)) <= limit, (row.name, metric, c.diff(metric))
-    assert c.step.discarded_samples > 0 and c.step.masked_samples > 100  # the row bounds both
+    if row.policy == "async" or row.extra == "train_over":  # the row bounds the discards it makes
+        assert c.step.discarded_samples > 0
+    assert c.step.masked_samples > 100
 
 
 def test_the_loop_trains_every_group_it_says_and_its_counts_add_up():
