@@ -49,14 +49,17 @@ C_COLD, C_WARM, C_TD, C_UC, C_UE, C_UT, C_CALLS, C_LLM, C_OVER, C_TOOL, C_SETUP,
 # trained / started, trajectories started, queued, running, the queue's head and tail, idle workers,
 # workers at the closed gate, ready groups the trainer waits for, the budget ran out, requests from
 # Python (cut segments: 1 cancels, 2 a barrier; open the gate; top up; set the timer), ready groups
-# listed, the gate closed
+# listed, the gate closed; sync and one_step_off: groups to start at the next top-up whatever the
+# bound, the trainer woken after this instant's events scheduled before (SimPy's order); bodies
+# paused by an interrupt (at_sync: interrupt; L_CUT 4 asks for one)
 (L_VERSION, L_G, L_LIVE, L_NREADY, L_TRAINED, L_NEXTG, L_NEXTI, L_QUEUED, L_RUNNING, L_QH, L_QT, L_NIDLE,
- L_NGATE, L_NEED, L_EXH, L_CUT, L_OPEN, L_TOPUP, L_TIMER, L_RQN, L_GATE) = range(21)  # fmt: skip
-NL = 21
+ L_NGATE, L_NEED, L_EXH, L_CUT, L_OPEN, L_TOPUP, L_TIMER, L_RQN, L_GATE, L_START,
+ L_DEFER, L_PAUSED) = range(24)  # fmt: skip
+NL = 24
 # a group's integers (S[36]) and floats (S[37]); a trajectory's loop integers (S[38])
 GS_STATE, GS_LEFT, GS_MASK, GS_CAUSE = range(4)
 GF_READY, GF_WORKER, GF_SANDBOX, GF_LLM, GF_N = range(5)
-T_V0, T_VEND, T_STARTED, T_CANCEL = range(4)
+T_V0, T_VEND, T_STARTED, T_CANCEL, T_RESUMED = range(5)  # T_RESUMED: turns interrupted
 RUNNING, READY, TRAINED, DISCARDED = range(4)  # a group's state
 OK, FAILED, TIMEOUT, LOST = rec.OK, rec.FAILED, rec.TIMEOUT, rec.LOST  # a trajectory's status
 CANCELLED = rec.CANCELLED
@@ -190,14 +193,16 @@ def _park(S, w):
 @njit(cache=True, _nrt=False)
 def _top_up(S):
     """Start groups while the staleness bound and the rollout slots allow (async: AReaL's rule),
-    their members queued; idle workers take them."""
+    or the ``L_START`` groups the step being collected still needs (sync, one_step_off), their
+    members queued; idle workers take them."""
     G, LI, P, GS = S[2], S[32], S[8], S[36]
     gsz, c, n, now = LI[L_G], int(P[P_C]), int(P[P_N]), G[G_NOW]
-    while (LI[L_LIVE] + LI[L_NREADY] + LI[L_TRAINED] < G[G_BOUND]
-           and LI[L_QUEUED] + LI[L_RUNNING] + gsz <= max(c, gsz)):  # fmt: skip
+    while LI[L_START] > 0 or (LI[L_LIVE] + LI[L_NREADY] + LI[L_TRAINED] < G[G_BOUND]
+                              and LI[L_QUEUED] + LI[L_RUNNING] + gsz <= max(c, gsz)):  # fmt: skip
         if LI[L_NEXTI] + gsz > n:  # the trajectory budget ran out
             LI[L_EXH] = 1
             break
+        LI[L_START] = max(LI[L_START] - 1, 0)
         g = LI[L_NEXTG]
         LI[L_NEXTG] = g + 1
         LI[L_LIVE] += 1
@@ -209,6 +214,7 @@ def _top_up(S):
             LI[L_QT] += 1
         LI[L_QUEUED] += gsz
         LI[L_NEXTI] += gsz
+    LI[L_START] = 0
     for _ in range(min(LI[L_NIDLE], LI[L_QT] - LI[L_QH])):
         LI[L_NIDLE] -= 1
         _push(S, now, S[34][LI[L_NIDLE]], K_NEXT)
@@ -222,6 +228,9 @@ def _notify(S, w):
     need = LI[L_NEED]
     if need > 0 and (LI[L_NREADY] >= need or (LI[L_EXH] and LI[L_LIVE] == 0)):
         LI[L_NEED] = 0
+        if LI[L_DEFER]:  # an event after those of this instant already scheduled (run: R_NOTIFY)
+            _push(S, S[2][G_NOW], int(S[8][P_C]) + 1, K_TIMER)
+            return False
         GI[J_REQ], GI[J_REQW] = R_NOTIFY, w
         if w >= 0:
             S[1][w, I_RESUME] = K_NEXT
@@ -326,17 +335,93 @@ def _reschedule(S, w, e, du, g, o):
 
 
 @njit(cache=True, _nrt=False)
+def _pause(S, w):
+    """An interrupt (at_sync: interrupt): worker ``w``'s body, if generating, stops its turn and
+    waits for the gate to open (the steps before it done); the rest of its step, a segment of
+    its own, resumes then (:func:`_resume_paused`)."""
+    WF, WI, TI = S[0][w], S[1][w], S[38]
+    sg, snc, co, ct = S[27], S[28], S[29], S[30]
+    el, du, done = S[2][G_NOW] - WF[F_SEGT0], WF[F_DU], WF[F_DONE]
+    if WI[I_EXACT] != 1 or done != int(done) or du != int(du):  # stopping (cancelled): no turn to pause
+        return
+    x_l, x_e, luck, task = WF[F_PL], WF[F_PE], WF[F_LUCK], WF[F_TASK]
+    ds0, dc0 = WI[I_DS0], WI[I_DC0]
+    t = g = o = 0.0
+    for m in range(int(du)):
+        k = int(done) + m
+        gk, n, c0 = sg[ds0 + k] * luck * x_l, snc[ds0 + k], first_call(snc, ds0, k)
+        edge, ok = t + gk, 0.0
+        for j in range(n):
+            oj = co[dc0 + c0 + j] * x_e
+            edge += oj + ct[dc0 + c0 + j] * task
+            ok += oj
+        if el < t + gk:  # generating: the steps before it are done, it waits with the rest of its step
+            S[41][0 if WI[I_VER] == TI[WI[I_I], T_V0] else 1] += m
+            WF[F_DONE], WF[F_O] = done + m, WF[F_O] + o
+            # the pause counts as the turn's (generation, as the step engine's wall time of a turn):
+            # until it resumes, generation and time hold minus the pause's start
+            WF[F_G], WF[F_TIME] = WF[F_G] + g - S[2][G_NOW], WF[F_TIME] + t - S[2][G_NOW]
+            WF[F_SD], WF[F_DU], WF[F_SG], WF[F_SO] = edge - t, 1.0, gk, ok
+            WF[F_SEGT0] = t - el  # until it resumes: minus the time it is into its step
+            S[12][WI[I_DOM]] -= WF[F_CE]
+            WI[I_INSEG], WI[I_DEAD] = 2, 0
+            WI[I_EPOCH] += 1  # its old end is skipped
+            TI[WI[I_I], T_RESUMED] += 1
+            S[32][L_PAUSED] += 1
+            return
+        t, g, o = edge, g + gk, o + ok
+        if el < t:  # in its calls: the turn is done, the step goes on
+            return
+
+
+@njit(cache=True, _nrt=False)
+def _resume_paused(S):
+    """The gate opens: paused bodies resume their step under the new weights (at the deadline, if
+    it came first, they time out); a body cancelled while it waited stops at its step's next check."""
+    now, c = S[2][G_NOW], int(S[8][P_C])
+    sg, snc, co, ct = S[27], S[28], S[29], S[30]
+    for w in range(c):
+        WF, WI = S[0][w], S[1][w]
+        if WI[I_INSEG] != 2:
+            continue
+        WI[I_INSEG] = 1
+        WF[F_SEGT0] += now
+        WF[F_G] += now
+        WF[F_TIME] += now
+        S[12][WI[I_DOM]] += WF[F_CE]
+        end = WF[F_SEGT0] + WF[F_SD]
+        if end > WF[F_DEADLINE]:  # it times out in its step (at once, if the deadline passed)
+            stop = max(WF[F_DEADLINE], now)
+            done = int(WF[F_DONE])
+            k, g, o = cut(sg, snc, co, ct, WI[I_DS0], WI[I_DC0], done, done + 1, WF[F_PL] * WF[F_LUCK],
+                          WF[F_PE], WF[F_TASK], stop - WF[F_SEGT0], False)  # fmt: skip
+            WI[I_RD], WI[I_DEAD] = done + k, 1
+            WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G] + g, WF[F_TIME] + stop - WF[F_SEGT0], WF[F_O] + o
+            end = stop
+        _push(S, end, w, K_SEG_END + EPOCH * WI[I_EPOCH])
+        if S[38][WI[I_I], T_CANCEL] == 1:
+            _cut_seg(S, w, True)
+    S[32][L_PAUSED] = 0
+
+
+@njit(cache=True, _nrt=False)
 def _apply(S):
     """What the training loop asked for at the current time: segments cut (cancels, a barrier),
     the gate opened, the trainer's timer, a top-up; then whether the trainer is to wake."""
     LI, G, c = S[32], S[2], int(S[8][P_C])
+    if LI[L_OPEN] and LI[L_PAUSED]:
+        _resume_paused(S)
     if LI[L_CUT]:
         barrier = LI[L_CUT] & 2
         for w in range(c):
-            if S[1][w, I_INSEG]:
+            if S[1][w, I_INSEG] == 1:
                 cancel = S[38][S[1][w, I_I], T_CANCEL] == 1
                 if barrier or cancel:
                     _cut_seg(S, w, cancel)
+        if LI[L_CUT] & 4:
+            for w in range(c):
+                if S[1][w, I_INSEG] == 1:
+                    _pause(S, w)
         LI[L_CUT] = 0
     if LI[L_OPEN]:
         for k in range(LI[L_NGATE]):
@@ -743,6 +828,9 @@ def run(S):
                     continue
                 k = k % EPOCH
             elif k == K_TIMER:
+                if w > S[8][P_C]:  # the training loop's deferred notice (_notify)
+                    GI[J_REQ], GI[J_REQW] = R_NOTIFY, -1
+                    return R_NOTIFY
                 return R_TIMER
         else:
             return R_DONE
