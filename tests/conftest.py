@@ -105,7 +105,11 @@ def llama_server() -> str:
     return url
 
 
-SERVICES = ("docker_engine", "llama_server", "keyed_server")  # fixtures of real services: their tests are slow
+SERVICES = (
+    "docker_engine",
+    "llama_server",
+    "keyed_server",
+)  # fixtures of real services: their tests are slow
 
 
 def pytest_collection_modifyitems(config, items):

@@ -48,20 +48,31 @@ def run(
     uncertainty: bool = typer.Option(
         False,
         "--uncertainty",
-        help="Also re-simulate over the profiles' bootstrap refits (common random numbers), and a "
-        "training profile's refits (the first 20): <metric>_lo/_hi (5th/95th percentile) beside the "
-        "headline metrics.",
+        help="Also re-simulate over the profiles' bootstrap refits (common random numbers), the "
+        "engine's and a training profile's: <metric>_lo/_hi (the refits' 5th/95th percentile widened by "
+        "the model's own error) beside the headline metrics.",
+    ),
+    model_error: Path | None = typer.Option(
+        None,
+        "--model-error",
+        help="With --uncertainty: the model-error term to widen the bands by, a JSON file as "
+        "simrollout/whatif/model_error.json (default: that shipped term).",
     ),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Simulate a scenario and print worker-hours, cost, throughput and tails per substrate."""
 
-    from ..whatif.training_bands import load_with_sets
+    from ..scenario.overrides import load_with_sets
 
     mode = output_mode(fmt, quiet)  # a bad --format refused before anything is read
+    term = None
+    if model_error is not None:
+        from ..whatif.model_error_term import read_term
+
+        term = read_term(model_error)
     _cache(no_cache)
-    data, scn = load_with_sets(scenario, set_)  # first: bad input refused before the engines load
+    _, scn = load_with_sets(scenario, set_)  # first: bad input refused before the engines load
     from ..api import override
     from ..run import stages
     from ..run.executors import run_scenario
@@ -97,13 +108,7 @@ def run(
             from ..whatif.uncertainty import with_bands
 
             bar.update(task, description="bands")
-            result = with_bands(scn, result, jobs, executor, None, address)
-            if scn.training is not None:
-                from ..whatif.training_bands import with_training_band
-
-                if over:
-                    data = {**data, **over}
-                result = with_training_band(data, scenario, result, jobs, executor, address)
+            result = with_bands(scn, result, jobs, executor, None, address, term if term else True)
         stages.enter("outputs")
         paths = write_results(result, tmp, names)
     if mode.tables:

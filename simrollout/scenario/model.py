@@ -76,12 +76,7 @@ class Scenario(_Model):
         cover (the first thing found), else None."""
         pol, inf, tr = self.policy, self.cluster.inference, self.training
         checks = (
-            (tr is not None and tr.mode != "async", f"a training loop in mode '{tr and tr.mode}'"),
-            (
-                tr is not None and (tr.over_sampling > 0 or tr.dynamic_sampling is not None),
-                "over-sampling or dynamic sampling in a training loop",
-            ),
-            (tr is not None and tr.at_sync == "interrupt", "at_sync 'interrupt'"),
+            (tr is not None and tr.dynamic_sampling is not None, "dynamic sampling in a training loop"),
             (tr is not None and tr.on_failure != "mask", f"on_failure '{tr and tr.on_failure}'"),
             (tr is not None and self.workload.tokens is not None, "a training loop on serving engines"),
             (pol.warm_pool > 0, "a warm pool"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from numba import njit
 
 from .compiled_core import schedule
-from .compiled_ops import first_call
+from .compiled_ops import cut, first_call
 from .compiled_state import *  # the state's names
 
 
@@ -63,14 +63,16 @@ def park(S, w):
 @njit(cache=True, _nrt=False)
 def top_up(S):
     """Start groups while the staleness bound and the rollout slots allow (async: AReaL's rule),
-    their members queued; idle workers take them."""
+    or the ``L_START`` groups the step being collected still needs (sync, one_step_off), their
+    members queued; idle workers take them."""
     G, LI, P, GS = S[S_G], S[S_LI], S[S_P], S[S_GS]
     gsz, c, n, now = LI[L_G], int(P[P_C]), int(P[P_N]), G[G_NOW]
-    while (LI[L_LIVE] + LI[L_NREADY] + LI[L_TRAINED] < G[G_BOUND]
-           and LI[L_QUEUED] + LI[L_RUNNING] + gsz <= max(c, gsz)):  # fmt: skip
+    while LI[L_START] > 0 or (LI[L_LIVE] + LI[L_NREADY] + LI[L_TRAINED] < G[G_BOUND]
+                              and LI[L_QUEUED] + LI[L_RUNNING] + gsz <= max(c, gsz)):  # fmt: skip
         if LI[L_NEXTI] + gsz > n:  # the trajectory budget ran out
             LI[L_EXH] = 1
             break
+        LI[L_START] = max(LI[L_START] - 1, 0)
         g = LI[L_NEXTG]
         LI[L_NEXTG] = g + 1
         LI[L_LIVE] += 1
@@ -82,6 +84,7 @@ def top_up(S):
             LI[L_QT] += 1
         LI[L_QUEUED] += gsz
         LI[L_NEXTI] += gsz
+    LI[L_START] = 0
     for _ in range(min(LI[L_NIDLE], LI[L_QT] - LI[L_QH])):
         LI[L_NIDLE] -= 1
         schedule(S, now, S[S_IDLE][LI[L_NIDLE]], K_NEXT)
@@ -95,6 +98,9 @@ def notify(S, w):
     need = LI[L_NEED]
     if need > 0 and (LI[L_NREADY] >= need or (LI[L_EXH] and LI[L_LIVE] == 0)):
         LI[L_NEED] = 0
+        if LI[L_DEFER]:  # an event after those of this instant already scheduled (run: R_NOTIFY)
+            schedule(S, S[S_G][G_NOW], int(S[S_P][P_C]) + 1, K_TIMER)
+            return False
         GI[J_REQ], GI[J_REQW] = R_NOTIFY, w
         if w >= 0:
             S[S_WI][w, I_RESUME] = K_NEXT
@@ -183,17 +189,93 @@ def reschedule(S, w, e, du, g, o):
 
 
 @njit(cache=True, _nrt=False)
+def pause(S, w):
+    """An interrupt (at_sync: interrupt): worker ``w``'s body, if generating, stops its turn and
+    waits for the gate to open (the steps before it done); the rest of its step, a segment of
+    its own, resumes then (:func:`resume_paused`)."""
+    WF, WI, TI = S[S_WF][w], S[S_WI][w], S[S_TI]
+    sg, snc, co, ct = S[S_SG], S[S_SNC], S[S_CO], S[S_CT]
+    el, du, done = S[S_G][G_NOW] - WF[F_SEGT0], WF[F_DU], WF[F_DONE]
+    if WI[I_EXACT] != 1 or done != int(done) or du != int(du):  # stopping (cancelled): no turn to pause
+        return
+    x_l, x_e, luck, task = WF[F_PL], WF[F_PE], WF[F_LUCK], WF[F_TASK]
+    ds0, dc0 = WI[I_DS0], WI[I_DC0]
+    t = g = o = 0.0
+    for m in range(int(du)):
+        k = int(done) + m
+        gk, n, c0 = sg[ds0 + k] * luck * x_l, snc[ds0 + k], first_call(snc, ds0, k)
+        edge, ok = t + gk, 0.0
+        for j in range(n):
+            oj = co[dc0 + c0 + j] * x_e
+            edge += oj + ct[dc0 + c0 + j] * task
+            ok += oj
+        if el < t + gk:  # generating: the steps before it are done, it waits with the rest of its step
+            S[S_GENC][0 if WI[I_VER] == TI[WI[I_I], T_V0] else 1] += m
+            WF[F_DONE], WF[F_O] = done + m, WF[F_O] + o
+            # the pause counts as the turn's (generation, as the step engine's wall time of a turn):
+            # until it resumes, generation and time hold minus the pause's start
+            WF[F_G], WF[F_TIME] = WF[F_G] + g - S[S_G][G_NOW], WF[F_TIME] + t - S[S_G][G_NOW]
+            WF[F_SD], WF[F_DU], WF[F_SG], WF[F_SO] = edge - t, 1.0, gk, ok
+            WF[F_SEGT0] = t - el  # until it resumes: minus the time it is into its step
+            S[S_EXL][WI[I_DOM]] -= WF[F_CE]
+            WI[I_INSEG], WI[I_DEAD] = 2, 0
+            WI[I_EPOCH] += 1  # its old end is skipped
+            TI[WI[I_I], T_RESUMED] += 1
+            S[S_LI][L_PAUSED] += 1
+            return
+        t, g, o = edge, g + gk, o + ok
+        if el < t:  # in its calls: the turn is done, the step goes on
+            return
+
+
+@njit(cache=True, _nrt=False)
+def resume_paused(S):
+    """The gate opens: paused bodies resume their step under the new weights (at the deadline, if
+    it came first, they time out); a body cancelled while it waited stops at its step's next check."""
+    now, c = S[S_G][G_NOW], int(S[S_P][P_C])
+    sg, snc, co, ct = S[S_SG], S[S_SNC], S[S_CO], S[S_CT]
+    for w in range(c):
+        WF, WI = S[S_WF][w], S[S_WI][w]
+        if WI[I_INSEG] != 2:
+            continue
+        WI[I_INSEG] = 1
+        WF[F_SEGT0] += now
+        WF[F_G] += now
+        WF[F_TIME] += now
+        S[S_EXL][WI[I_DOM]] += WF[F_CE]
+        end = WF[F_SEGT0] + WF[F_SD]
+        if end > WF[F_DEADLINE]:  # it times out in its step (at once, if the deadline passed)
+            stop = max(WF[F_DEADLINE], now)
+            done = int(WF[F_DONE])
+            k, g, o = cut(sg, snc, co, ct, WI[I_DS0], WI[I_DC0], done, done + 1, WF[F_PL] * WF[F_LUCK],
+                          WF[F_PE], WF[F_TASK], stop - WF[F_SEGT0], False)  # fmt: skip
+            WI[I_RD], WI[I_DEAD] = done + k, 1
+            WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G] + g, WF[F_TIME] + stop - WF[F_SEGT0], WF[F_O] + o
+            end = stop
+        schedule(S, end, w, K_SEG_END + EPOCH * WI[I_EPOCH])
+        if S[S_TI][WI[I_I], T_CANCEL] == 1:
+            cut_segment(S, w, True)
+    S[S_LI][L_PAUSED] = 0
+
+
+@njit(cache=True, _nrt=False)
 def apply_requests(S):
     """What the training loop asked for at the current time: segments cut (cancels, a barrier),
     the gate opened, the trainer's timer, a top-up; then whether the trainer is to wake."""
     LI, G, c = S[S_LI], S[S_G], int(S[S_P][P_C])
+    if LI[L_OPEN] and LI[L_PAUSED]:
+        resume_paused(S)
     if LI[L_CUT]:
         barrier = LI[L_CUT] & 2
         for w in range(c):
-            if S[S_WI][w, I_INSEG]:
+            if S[S_WI][w, I_INSEG] == 1:
                 cancel = S[S_TI][S[S_WI][w, I_I], T_CANCEL] == 1
                 if barrier or cancel:
                     cut_segment(S, w, cancel)
+        if LI[L_CUT] & 4:
+            for w in range(c):
+                if S[S_WI][w, I_INSEG] == 1:
+                    pause(S, w)
         LI[L_CUT] = 0
     if LI[L_OPEN]:
         for k in range(LI[L_NGATE]):

@@ -104,6 +104,9 @@ def run(S):
                     continue
                 k = k % EPOCH
             elif k == K_TIMER:
+                if w > S[S_P][P_C]:  # the training loop's deferred notice (compiled_groups.notify)
+                    GI[J_REQ], GI[J_REQW] = R_NOTIFY, -1
+                    return R_NOTIFY
                 return R_TIMER
         else:
             return R_DONE

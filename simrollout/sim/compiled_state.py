@@ -88,15 +88,18 @@ NC = 13
 # the training loop's integers (S[S_LI]): the policy version, group size, groups running / ready /
 # trained / started, trajectories started, queued, running, the queue's head and tail, idle workers,
 # workers at the closed gate, ready groups the trainer waits for, the budget ran out, requests from
-# Python (cut segments: 1 cancels, 2 a barrier; open the gate; top up; set the timer), ready groups
-# listed, the gate closed
+# Python (cut segments: 1 cancels, 2 a barrier, 4 an interrupt; open the gate; top up; set the
+# timer), ready groups listed, the gate closed; sync and one_step_off: groups to start at the next
+# top-up whatever the bound, the trainer woken after this instant's events scheduled before
+# (SimPy's order); bodies paused by an interrupt (at_sync: interrupt)
 (L_VERSION, L_G, L_LIVE, L_NREADY, L_TRAINED, L_NEXTG, L_NEXTI, L_QUEUED, L_RUNNING, L_QH, L_QT, L_NIDLE,
- L_NGATE, L_NEED, L_EXH, L_CUT, L_OPEN, L_TOPUP, L_TIMER, L_RQN, L_GATE) = range(21)  # fmt: skip
-NL = 21
+ L_NGATE, L_NEED, L_EXH, L_CUT, L_OPEN, L_TOPUP, L_TIMER, L_RQN, L_GATE, L_START,
+ L_DEFER, L_PAUSED) = range(24)  # fmt: skip
+NL = 24
 # a group's integers (S[S_GS]) and floats (S[S_GF]); a trajectory's loop integers (S[S_TI])
 GS_STATE, GS_LEFT, GS_MASK, GS_CAUSE = range(4)
 GF_READY, GF_WORKER, GF_SANDBOX, GF_LLM, GF_N = range(5)
-T_V0, T_VEND, T_STARTED, T_CANCEL = range(4)
+T_V0, T_VEND, T_STARTED, T_CANCEL, T_RESUMED = range(5)  # T_RESUMED: turns interrupted
 RUNNING, READY, TRAINED, DISCARDED = range(4)  # a group's state
 OK, FAILED, TIMEOUT, LOST = rec.OK, rec.FAILED, rec.TIMEOUT, rec.LOST  # a trajectory's status
 CANCELLED = rec.CANCELLED

@@ -1,23 +1,26 @@
 """The training loop on the compiled engine: the rollout side compiled, the trainer in Python.
 
 The compiled loop (:mod:`.compiled_loop`) runs the rollout workers and the group accounting of
-:class:`simrollout.sim.training.TrainingLoop` in mode ``async``: a queue of group members, each
-trajectory's version, a group ready when its last member ends (failed and timed-out members
-masked), the admission bound and the rollout slots (the top-up after every trajectory), the gate
-the bodies wait at while the engines load weights, barriers and cancels that end a body's segment
+:class:`simrollout.sim.training.TrainingLoop`: a queue of group members, each trajectory's
+version, a group ready when its last member ends (failed and timed-out members masked), the
+admission (async: the bound and the rollout slots, a top-up after every trajectory; sync and
+one_step_off: the groups the trainer's top-up counted for the step being collected), the gate the
+bodies wait at while the engines load weights, barriers and cancels that end a body's segment
 with the step it is in. It returns to Python only for the trainer: when the groups it waits for
 are ready (``R_NOTIFY``) and when its update or weight sync ends (``R_TIMER``). The trainer is
-the one every engine runs (:class:`simrollout.sim.trainer.Trainer`); this class is its group book
-over the loop's arrays: what the trainer reads there, and its requests (discards, the gate, the
-timer, a top-up) written into them, which the compiled loop applies when it resumes
+the one every engine runs (:class:`simrollout.sim.trainer.Trainer`), with one_step_off's
+collector beside it (:mod:`.compiled_procs` runs both); this class is its group book over the
+loop's arrays: what the trainer reads there, and its requests (discards, the gate, the timer, a
+top-up) written into them, which the compiled loop applies when it resumes
 (``compiled_groups.apply_requests``).
 
-Covered: ``mode: async`` (on its own trainer GPUs, the placement async allows), engines paused or
-generating at a sync (``pause_engines_on_sync``), partial rollouts on or off,
-``max_staleness`` or ``staleness_fraction`` with their stale-sample policies, ``sync_every``,
-``mini_batch``, the trainer's time models, ``on_failure: mask``. The rest of the loop runs on the
-other engines (``Scenario.compiled_gaps``); the fidelity matrix's compiled training rows hold it
-against the step engine (docs/fidelity.md).
+Covered: modes ``sync`` (colocated or disaggregated), ``one_step_off`` and ``async``, engines
+paused or generating at a sync (``pause_engines_on_sync``), partial rollouts on or off,
+over-sampling with leftovers cancelled or carried, ``max_staleness`` or ``staleness_fraction``
+with their stale-sample policies, ``sync_every``, ``mini_batch``, the trainer's time models,
+``on_failure: mask``. The rest of the loop runs on the other engines
+(``Scenario.compiled_gaps``); the fidelity matrix's compiled training rows hold it against the
+step engine (docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -27,12 +30,11 @@ import math
 import numpy as np
 
 from . import compiled_loop as L
+from .compiled_procs import CHANGE, TIMER, WAIT, Channel, Procs
 from .trainer import Trainer
 from .trainer_time import TrainerClock
 from .training import _BLOCK, draw_block
 from .training_results import CAUSES, LoopResults, StepRecord
-
-_WAIT, _TIMER = 0, 1  # what the trainer waits for
 
 
 class _Gone:
@@ -58,12 +60,11 @@ class CompiledTraining(LoopResults):
         self._low = 0  # every group below it is ready, trained or discarded
         self._stale = self._partial = 0
         self.finished = math.nan
-        self.interrupts = 0
-        self.resumed = np.zeros(self.n, dtype=bool)
         self._token_cum: np.ndarray | None = None
         self._seed, self._rep = cell.scn.seed, cell.rep
         self.trainer = None  # the trainer's generator while it runs
-        self.collecting, self.window_left = False, 0  # sync and one_step_off only
+        self.procs: Procs | None = None  # the trainer and the processes it spawned
+        self._collecting, self.window_left = False, 0  # sync and one_step_off only
 
     # ------------------------------------------------------------ the arrays the loop shares
     def arrays(self, c: int) -> list[np.ndarray]:
@@ -74,11 +75,12 @@ class CompiledTraining(LoopResults):
         self.li = np.zeros(L.NL, dtype=np.int64)
         self.li[L.L_G] = G
         self.li[L.L_NIDLE] = c  # every worker waits for the first groups
+        self.li[L.L_DEFER] = self.tr.mode != "async"
         idle = np.zeros(c + 1, dtype=np.int64)
         idle[:c] = np.arange(c)[::-1]  # worker 0 on top
         self.gs = np.zeros((ng, 4), dtype=np.int64)
         self.gf = np.zeros((ng, 5))
-        self.ti = np.zeros((n, 4), dtype=np.int64)
+        self.ti = np.zeros((n, 5), dtype=np.int64)
         self.rq = np.zeros(ng, dtype=np.int64)
         self.disc = np.zeros((len(CAUSES), 4))
         self.gen_counts = np.zeros(2)
@@ -99,12 +101,23 @@ class CompiledTraining(LoopResults):
         self.steps_done = run.rows["steps_done"]  # read by the trainer's clock
         self._bound()
         self.trainer = Trainer(self).run()
-        self.wake()
+        self.procs = Procs(self.trainer, self._need, self._alarm)
+        self._drive()
 
     # ------------------------------------------------------------ what the loop reads
     @property
     def started(self) -> np.ndarray:
         return self.ti[:, L.T_STARTED].astype(bool)
+
+    @property
+    def interrupts(self) -> int:
+        """Requests interrupted at a weight sync (at_sync: interrupt), each resumed after it."""
+        return int(self.ti[:, L.T_RESUMED].sum())
+
+    @property
+    def resumed(self) -> np.ndarray:
+        """Which trajectories had a turn interrupted and resumed under newer weights."""
+        return self.ti[:, L.T_RESUMED] > 0
 
     @property
     def gen_steps(self) -> np.ndarray:
@@ -131,18 +144,23 @@ class CompiledTraining(LoopResults):
 
     # ------------------------------------------------------------ driving the trainer
     def wake(self) -> None:
-        """The trainer's wait is over (or it starts): run it to its next wait."""
-        try:
-            what, arg = next(self.trainer)
-        except StopIteration:
-            self._end()
+        """The loop answered a wait: the groups waited for (it asked with ``R_NOTIFY``), or the
+        timer; the processes run to their next waits."""
+        if self.trainer is None:
             return
-        li = self.li
-        if what == _WAIT:
-            li[L.L_NEED] = arg
-        else:
-            self.g_arr[L.G_TIMER] = self.now + arg
-            li[L.L_TIMER] = 1
+        self.procs.wake(groups=self.run.S[L.S_GI][L.J_REQ] == L.R_NOTIFY)
+        self._drive()
+
+    def _drive(self) -> None:
+        if self.procs.drive():
+            self._end()
+
+    def _need(self, n: int) -> None:
+        self.li[L.L_NEED] = n
+
+    def _alarm(self, seconds: float) -> None:
+        self.g_arr[L.G_TIMER] = self.now + seconds
+        self.li[L.L_TIMER] = 1
 
     def check_over(self) -> None:
         """The loop's events ran out: the trainer must be done (else it waits for groups no
@@ -162,12 +180,16 @@ class CompiledTraining(LoopResults):
         for g in list(self.ready) + self.live_groups():
             self.drop(int(g), "end")
         self.g_arr[L.G_BOUND] = -1.0
-        self.li[L.L_NEED] = 0
+        self.li[L.L_NEED] = self.li[L.L_START] = 0
 
     # ------------------------------------------------------------ groups
     def _bound(self) -> None:
+        """The admission bound the loop starts groups by after every trajectory (async; in sync and
+        one_step_off only the trainer's top-ups start groups)."""
         tr = self.tr
-        self.g_arr[L.G_BOUND] = (self.version + 1 + tr.ahead) * tr.version_groups
+        self.g_arr[L.G_BOUND] = (
+            (self.version + 1 + tr.ahead) * tr.version_groups if tr.mode == "async" else -1.0
+        )
 
     def _pull(self) -> None:
         """The groups the loop found ready since the last look."""
@@ -185,7 +207,7 @@ class CompiledTraining(LoopResults):
     def _fresh(self, groups: np.ndarray) -> np.ndarray:
         """Which ``groups`` may still train at the current version (async: none of their started
         members lags by more than the bound)."""
-        if self.tr.stale_policy == "keep" or not groups.size:
+        if self.tr.mode != "async" or self.tr.stale_policy == "keep" or not groups.size:
             return np.ones(groups.size, dtype=bool)
         idx = groups[:, None] * self.G + np.arange(self.G)
         v0 = np.where(self.ti[idx, L.T_STARTED] == 1, self.ti[idx, L.T_V0], np.iinfo(np.int64).max)
@@ -204,6 +226,7 @@ class CompiledTraining(LoopResults):
         self.disc[CAUSES.index(cause)] += self.gf[g, 1:]
         self.ti[g * self.G : (g + 1) * self.G, L.T_CANCEL] = 1
         li[L.L_CUT] |= 1
+        self.notify()
 
     # ------------------------------------------------------------ the group book (sim.trainer)
     def ready_groups(self) -> list[int]:
@@ -247,10 +270,35 @@ class CompiledTraining(LoopResults):
         """No trace: the compiled engine keeps no spans."""
 
     def top_up(self) -> None:
-        self.li[L.L_TOPUP] = 1
+        """Async: the loop admits groups by its bound when it resumes. Sync and one_step_off:
+        the groups the step being collected still needs, over-sampled, are counted now and
+        started when the loop resumes."""
+        tr, li = self.tr, self.li
+        if tr.mode != "async":
+            if not self.collecting:
+                return
+            need = math.ceil(self.window_left * (1.0 + tr.over_sampling) - 1e-9)
+            short = need - int(li[L.L_LIVE] + li[L.L_NREADY] + li[L.L_START])
+            if short <= 0:
+                return
+            li[L.L_START] += short
+        li[L.L_TOPUP] = 1
 
     def notify(self) -> None:
-        """The compiled loop re-reads the groups when it resumes."""
+        """A change the trainer's processes waiting for one look at (the compiled loop re-reads
+        the groups when it resumes)."""
+        if self.procs is not None:
+            self.procs.changed()
+
+    @property
+    def collecting(self) -> bool:
+        """A step's groups are being collected (sync, one_step_off); a change when it flips."""
+        return self._collecting
+
+    @collecting.setter
+    def collecting(self, on: bool) -> None:
+        self._collecting = on
+        self.notify()
 
     @property
     def gate_closed(self) -> bool:
@@ -270,14 +318,30 @@ class CompiledTraining(LoopResults):
     def barrier(self) -> None:
         self.li[L.L_CUT] |= 2
 
+    def interrupt(self) -> None:
+        """Bodies generating stop their turn and resume it when the gate opens (the loop's
+        ``_pause``); no prefix cache to clear (no serving engines)."""
+        self.li[L.L_CUT] |= 4
+
     def next_version(self) -> None:
         self.li[L.L_VERSION] += 1
         self._bound()
 
     @staticmethod
     def wait_groups(n: int) -> tuple[int, int]:
-        return _WAIT, n
+        return WAIT, n
 
     @staticmethod
     def timer(seconds: float) -> tuple[int, float]:
-        return _TIMER, seconds
+        return TIMER, seconds
+
+    @staticmethod
+    def wait_change() -> tuple[int, None]:
+        return CHANGE, None
+
+    @staticmethod
+    def channel() -> Channel:
+        return Channel()
+
+    def spawn(self, gen) -> None:
+        self.procs.spawn(gen)

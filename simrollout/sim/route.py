@@ -144,6 +144,8 @@ def _training_rows_of(scn: Scenario) -> list[str]:
         names.append(f"{tr.mode}/{loaded}/train_over")
     if tr.dynamic_sampling is not None:
         names.append(f"{tr.mode}/{loaded}/train_dynamic")
+    if tr.at_sync == "interrupt":
+        names.append(f"{tr.mode}/{loaded}/train_interrupt")
     if tr.train_time.kind == "flops" or tr.weight_sync_time.kind == "transfer":
         names.append(f"sync/{loaded}/train_physics")
     if tr.mode == "sync" and (tr.sync_every > 1 or tr.update_groups < tr.prompts_per_step):
@@ -154,6 +156,9 @@ def _training_rows_of(scn: Scenario) -> list[str]:
     return names
 
 
+INTERRUPT = "at_sync 'interrupt' (turns interrupted at a weight sync)"  # beyond the trajectory engine
+
+
 def _missing(scn: Scenario) -> str | None:
     """The first way ``scn``'s loop goes beyond the training rows, else None."""
     tr = scn.training
@@ -162,7 +167,7 @@ def _missing(scn: Scenario) -> str | None:
     if tr.mode != "sync" and (tr.over_sampling or tr.dynamic_sampling is not None):
         return f"over-sampling or dynamic sampling in mode '{tr.mode}'"
     if tr.at_sync == "interrupt":  # the trajectory engine's bodies run a turn to its end
-        return "at_sync 'interrupt' (turns interrupted at a weight sync)"
+        return INTERRUPT
     if tr.mode == "one_step_off" and not tr.partial_rollouts:
         return "one_step_off without partial rollouts"
     if tr.on_failure != "mask":
@@ -187,7 +192,7 @@ def training_route(scn: Scenario, steps: float) -> tuple[str, str]:
     if steps <= 2e5:
         return STEP.name, f"auto: {steps:,.0f} steps, small enough to simulate every step"
     beyond = _missing(scn)
-    if beyond is not None:
+    if beyond is not None and not (beyond == INTERRUPT and compiled_route(scn)):  # the compiled rows back it
         return (
             STEP.name,
             f"auto: the training loop with {beyond} runs on the step engine (no fidelity-matrix row)",

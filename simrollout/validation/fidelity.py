@@ -196,11 +196,17 @@ def training_rows() -> list[Row]:
     return out
 
 
+def interrupt_rows() -> list[Row]:
+    """The training rows of ``at_sync: interrupt``, which the compiled engine runs beside the step
+    engine (the trajectory engine's bodies run a turn to its end): async and one_step_off."""
+    return [Row(m, ld, "train_interrupt") for m in ("async", "one_step_off") for ld in ("none", "host")]
+
+
 def compiled_rows() -> list[Row]:
     """The matrix's rows the compiled engine covers (``Scenario.compiled_gaps``), the training
     rows among them: compared with the step engine by ``compare(row, fast=COMPILED.name)``."""
     out = []
-    for row in matrix() + training_rows():
+    for row in matrix() + training_rows() + interrupt_rows():
         d = build(row, row.trajectories or 1000, 20, 256)
         if scenario_from_dict(d).compiled_gaps() is None:
             out.append(row)

@@ -6,7 +6,10 @@ as ``<metric>_input_lo`` / ``_input_hi``, and ``<metric>_lo`` / ``_hi`` become t
 the model's error added in quadrature on each side (in log terms). The model term is the one of
 the substrate's kind (its profile's probe backend) where the suites measured that kind, else the
 largest known substrate term, said in ``band``; metrics a serving engine in tokens shapes add the
-engine term. ``band_dominant`` says which part is the wider on most of the row's metrics.
+engine term. A training loop's metrics (step seconds, steps a day, training hours) take the
+``training`` term instead: the GPU side's error on published training tables
+(validation/training/), where the sandbox side's is not measured. ``band_dominant`` says which part
+is the wider on most of the row's metrics.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ SIDE = {
     "llm_request_p99": ("request_p99", "engine"),
 }
 ENGINE = "engine"
+TRAINING = "training"
+# a training loop's metrics: their width is the training term's (at its target, step seconds)
+TRAINING_METRICS = ("step_seconds_mean", "step_seconds_p50", "step_train_seconds", "step_rollout_seconds",
+                    "training_hours", "training_steps_per_day")  # fmt: skip
 
 
 def _kind(scn: Scenario, i: int) -> str | None:
@@ -54,7 +61,7 @@ def source_path(scn: Scenario) -> Path:
 
 def substrate_term(kind: str | None, table: dict) -> tuple[float, str]:
     """The substrate's term ``q`` (in units of a metric's target) and where it comes from."""
-    known = {k: v for k, v in table["targets"].items() if k != ENGINE}
+    known = {k: v for k, v in table["targets"].items() if k not in (ENGINE, TRAINING)}
     if kind in known:
         t = known[kind]
         n, k = t["cell_metrics"], t["sittings"]
@@ -83,6 +90,17 @@ def _metric_half(metric: str, q_sub: float, q_eng: float | None, table: dict) ->
     return math.hypot(sub, half_width(q_eng, pct)) if q_eng is not None else sub
 
 
+def training_half(table: dict) -> tuple[float, str] | None:
+    """The training term as a log half-width on step seconds, and where it comes from (None: the
+    table has none)."""
+    t = table["targets"].get(TRAINING)
+    if t is None:
+        return None
+    pct = next(iter(t["targets_pct"].values()))
+    why = f"published training tables' held-out rows ({t['cell_metrics']} rows, {t['sittings']} tables)"
+    return half_width(t["q"], pct), why
+
+
 def _pct(q: float) -> str:
     """A term as the half-width it gives a metric of a 10% target, in %."""
     return f"{100 * (math.exp(half_width(q, 10)) - 1):.0f}%"
@@ -93,6 +111,7 @@ def widen(scn: Scenario, out: pd.DataFrame, metrics: list[str], table: dict | No
     hold the model's error too (module docstring)."""
     table = table or shipped()
     tokens = scn.workload.tokens is not None and scn.cluster.inference is not None
+    train = training_half(table) if scn.training is not None else None
     q_eng = table["targets"][ENGINE]["q"] if tokens and ENGINE in table["targets"] else None
     for m in metrics:
         out[f"{m}_input_lo"], out[f"{m}_input_hi"] = out[f"{m}_lo"], out[f"{m}_hi"]
@@ -103,6 +122,8 @@ def widen(scn: Scenario, out: pd.DataFrame, metrics: list[str], table: dict | No
         q_sub, why = substrate_term(_kind(scn, i), table)
         eng = f"; engine held-out residuals (±{_pct(q_eng)} at a 10% target)" if q_eng else ""
         note = f"; model error at {level}%: {why} (±{_pct(q_sub)} at a 10% target){eng}"
+        if train is not None:
+            note += f"; training metrics: {train[1]} (±{100 * (math.exp(train[0]) - 1):.0f}%)"
         for r in rows:
             votes = []
             for m in metrics:
@@ -115,7 +136,10 @@ def widen(scn: Scenario, out: pd.DataFrame, metrics: list[str], table: dict | No
                 lo, hi = out.at[r, f"{m}_input_lo"], out.at[r, f"{m}_input_hi"]
                 lo = point if not np.isfinite(lo) else float(lo)
                 hi = point if not np.isfinite(hi) else float(hi)
-                model = _metric_half(m, q_sub, q_eng, table)
+                if train is not None and m in TRAINING_METRICS:
+                    model = train[0]
+                else:
+                    model = _metric_half(m, q_sub, q_eng, table)
                 out.at[r, f"{m}_lo"], out.at[r, f"{m}_hi"] = combine(point, lo, hi, model)
                 inp = max(math.log(point / lo) if lo > 0 else 0.0, math.log(hi / point) if hi > 0 else 0.0)
                 votes.append(model >= inp)

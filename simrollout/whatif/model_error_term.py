@@ -21,6 +21,35 @@ def shipped() -> dict:
     return json.loads(resources.files(__package__).joinpath(SHIPPED).read_text())
 
 
+def read_term(path: Path) -> dict:
+    """A term table written as ``model_error.json`` is (``run --model-error``), checked."""
+    from ..errors import InputError
+
+    try:
+        table = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"--model-error {path}: cannot read it ({exc.strerror or exc}).") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--model-error {path}: not JSON ({exc.msg}, line {exc.lineno}).") from None
+    targets = table.get("targets") if isinstance(table, dict) else None
+    ok = (
+        isinstance(targets, dict)
+        and targets
+        and all(
+            isinstance(t, dict)
+            and isinstance(t.get("q"), int | float)
+            and isinstance(t.get("targets_pct"), dict)
+            for t in targets.values()
+        )
+    )
+    if not ok or not isinstance(table.get("level"), int | float):
+        raise InputError(
+            f"--model-error {path}: expected the layout of simrollout/whatif/model_error.json: 'level' and "
+            "'targets', each target with a number 'q' and a mapping 'targets_pct'."
+        )
+    return table
+
+
 def combine(point: float, lo: float, hi: float, model_half: float) -> tuple[float, float]:
     """An input band ``[lo, hi]`` around ``point`` widened by the model's error (a log half-width),
     the two added in quadrature on each side (independent errors)."""

@@ -36,7 +36,8 @@ from .sweeps import base_dict, set_path
 
 BANDED = ("worker_hours", "makespan_hours", "duration_p50", "duration_p99", "completed_duration_p50",
           "completed_duration_p99", "cold_start_p50", "cost_usd", "training_steps_per_day",
-          "llm_request_p50", "llm_request_p99")  # fmt: skip
+          "llm_request_p50", "llm_request_p99", "step_seconds_mean", "step_seconds_p50", "step_train_seconds",
+          "step_rollout_seconds", "training_hours")  # fmt: skip
 LO, HI = 5, 95
 SUBSAMPLE = 20_000  # trajectories a refit is re-simulated on when the scenario has more
 PUBLIC = "none: public figures"
@@ -242,12 +243,16 @@ def only(data: dict, i: int) -> Scenario:
     return Scenario.model_validate(d)
 
 
+Term = bool | dict  # the model's error: the shipped term (True), none (False), or a term table
+
+
 def attach(scn: Scenario, summary: pd.DataFrame, runs: list[tuple[int, int | None, pd.DataFrame]],
-           keys: tuple[str, ...] = ("concurrency",), sources=None, model_error: bool = True):  # fmt: skip
+           keys: tuple[str, ...] = ("concurrency",), sources=None, model_error: Term = True):  # fmt: skip
     """``summary`` with ``<metric>_lo``, ``<metric>_hi`` and ``band`` from the re-simulations'
     summaries (``runs``: substrate index, refit index or None, summary); rows are matched on the
-    substrate and ``keys``. ``model_error``: widened by the model's own error (:mod:`.model_band`);
-    False (the validation suites, which measure that error): the refits' band alone."""
+    substrate and ``keys``. ``model_error``: widened by the model's own error (:mod:`.model_band`;
+    a dict: that term table in place of the shipped one); False (the validation suites, which
+    measure that error): the refits' band alone."""
     out = summary.copy()
     labels = joint_refits(scn, sources)
     size = _size(scn, max((len(s) for _, s in labels if s), default=0))
@@ -292,7 +297,9 @@ def attach(scn: Scenario, summary: pd.DataFrame, runs: list[tuple[int, int | Non
                 else:
                     lo, hi = float(out.at[r, m]) * np.percentile(vals / base, [LO, HI])
                 out.at[r, f"{m}_lo"], out.at[r, f"{m}_hi"] = float(lo), float(hi)
-    return _beside(widen(scn, out, metrics) if model_error else out, metrics)
+    if model_error is not False:
+        out = widen(scn, out, metrics, model_error if isinstance(model_error, dict) else None)
+    return _beside(out, metrics)
 
 
 def _beside(df: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
@@ -312,7 +319,7 @@ def _beside(df: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
 
 
 def with_bands(scn: Scenario, result: RunResult, jobs: int | None = None, executor: str = "local",
-               progress=None, address: str | None = None, model_error: bool = True) -> RunResult:  # fmt: skip
+               progress=None, address: str | None = None, model_error: Term = True) -> RunResult:  # fmt: skip
     """``result`` (the plain run of ``scn``) with bands on its summary (:func:`attach`)."""
     from ..run.executors import run_many
 
@@ -326,7 +333,7 @@ def with_bands(scn: Scenario, result: RunResult, jobs: int | None = None, execut
 
 
 def run_with_bands(scn: Scenario, jobs: int | None = None, executor: str = "local", progress=None,
-                   address: str | None = None, model_error: bool = True, **run_kw) -> RunResult:  # fmt: skip
+                   address: str | None = None, model_error: Term = True, **run_kw) -> RunResult:  # fmt: skip
     """Run ``scn`` (as :func:`simrollout.run.executors.run_scenario`) and its re-simulations over the
     refits: the result's summary carries ``<metric>_lo``, ``<metric>_hi`` and ``band``."""
     from ..run.executors import run_scenario

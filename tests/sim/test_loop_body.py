@@ -84,8 +84,11 @@ def test_auto_runs_a_long_loop_on_a_fast_engine_and_says_why():
     d = build(Row("async", "host", "train", trajectories=1000), 0, 20, 256)
     fid, why = fidelity_choice(scenario_from_dict(d))
     assert fid == "compiled" and "training loop" in why and "compiled training rows" in why
-    d["training"]["mode"] = "one_step_off"  # no compiled row: the trajectory engine
+    d["training"]["mode"] = "one_step_off"  # its compiled rows hold too
     fid, why = fidelity_choice(scenario_from_dict(d))
+    assert fid == "compiled" and "'one_step_off'" in why
+    sync = {**d["training"], "mode": "sync", "dynamic_sampling": {"alpha": 1.0, "beta": 1.0}}
+    fid, why = fidelity_choice(scenario_from_dict({**d, "training": sync}))  # not compiled: trajectory
     assert fid == "trajectory" and "training loop" in why
     d["training"]["mode"] = "async"
     short = build(Row("async", "host", "train", trajectories=5), 0, 20, 256)

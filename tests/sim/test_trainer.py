@@ -158,16 +158,11 @@ def test_ready_groups_train_in_the_order_they_became_ready():
     assert book.trained_members == [1, 3, 2, 0]
 
 
-SYNC_ONLY = {"wait_change", "channel", "spawn", "interrupt"}  # one_step_off, sync's wait, at_sync interrupt
-
-
 @pytest.mark.parametrize("book", [TrainingLoop, CompiledTraining])
 def test_each_engine_keeps_the_book_the_trainer_reads(book):
-    """Every member of GroupBook is on both books (the compiled one: all but what only modes sync
-    and one_step_off and at_sync interrupt call, which it does not run)."""
+    """Every member of GroupBook is on both books."""
     wanted = {n for n, _ in inspect.getmembers(GroupBook) if not n.startswith("_")} - set(dir(object))
     wanted |= set(GroupBook.__annotations__)  # attributes, set in the book's __init__
     src = inspect.getsource(book)
     missing = sorted(n for n in wanted if not hasattr(book, n) and not re.search(rf"self\.{n}\b", src))
-    expected = sorted(SYNC_ONLY) if book is CompiledTraining else []
-    assert missing == expected
+    assert missing == []

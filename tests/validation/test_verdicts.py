@@ -67,7 +67,7 @@ def test_run_with_a_forced_unbacked_fidelity_warns_in_the_run_the_title_and_summ
     assert json.loads((tmp_path / "auto" / "summary.json").read_text())["fidelity_warning"] is None
 
 
-def test_an_interrupting_loop_runs_on_the_step_engine_and_forcing_trajectory_is_refused():
+def test_an_interrupting_loop_runs_on_the_compiled_engine_and_forcing_trajectory_is_refused():
     from simrollout.errors import InputError
     from simrollout.sim.route import training_route
     from tests.sim.test_training import scenario
@@ -79,10 +79,10 @@ def test_an_interrupting_loop_runs_on_the_step_engine_and_forcing_trajectory_is_
         "at_sync": "interrupt",
     }
     engine, why = training_route(scenario(tr), 1e6)
+    assert engine == "compiled" and "compiled training rows" in why  # beyond the trajectory engine
+    engine, why = training_route(scenario({**tr, "on_failure": "retry"}), 1e6)  # beyond both
     assert engine == "step" and "at_sync 'interrupt'" in why
     assert training_route(scenario({**tr, "at_sync": "finish"}), 1e6)[0] == "compiled"
-    assert (
-        training_route(scenario({**tr, "at_sync": "finish", "mode": "one_step_off"}), 1e6)[0] == "trajectory"
-    )
+    assert training_route(scenario({**tr, "at_sync": "finish", "mode": "one_step_off"}), 1e6)[0] == "compiled"
     with pytest.raises(InputError, match="at_sync 'interrupt'"):
         scenario(tr, fidelity="trajectory")

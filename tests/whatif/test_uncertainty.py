@@ -198,9 +198,20 @@ def test_a_training_profiles_refits_band_the_training_loop(tmp_path):
     assert {r["critical_path"] for r in refits} == {4.0}  # the scenario's own field
     rates = {r["train_time"]["tokens_per_gpu_second"] for r in refits}
     assert len(rates) > 1 and all(r["train_time"]["tokens_per_turn"] == 2.0e5 for r in refits)
-    s = run_with_bands(scn, jobs=1).summary.iloc[0]
-    assert "training bootstrap B=6" in s.band
+    term = {"level": 0.9, "targets": {
+        "docker": {"q": 1.0, "targets_pct": {"makespan": 10.0}, "cell_metrics": 1, "sittings": 1},
+        "training": {"q": 2.0, "targets_pct": {"step_seconds": 15.0}, "cell_metrics": 4, "sittings": 2}}}  # fmt: skip
+    s = run_with_bands(scn, jobs=1, model_error=term).summary.iloc[0]
+    assert "training bootstrap B=6" in s.band and "published training tables' held-out rows" in s.band
     assert s.training_steps_per_day_input_lo < s.training_steps_per_day_input_hi
+    # the step's band: the refits' (each simulated once) widened by the training term, 0.3 in log terms
+    assert s.step_seconds_p50_input_lo < s.step_seconds_p50_input_hi
+    assert s.step_seconds_p50_hi == pytest.approx(
+        s.step_seconds_p50 * np.exp(np.hypot(np.log(s.step_seconds_p50_input_hi / s.step_seconds_p50), 0.3))
+    )
+    assert s.step_seconds_p50_lo == pytest.approx(
+        s.step_seconds_p50 * np.exp(-np.hypot(np.log(s.step_seconds_p50 / s.step_seconds_p50_input_lo), 0.3))
+    )
 
 
 @pytest.mark.slow

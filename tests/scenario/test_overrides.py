@@ -1,15 +1,12 @@
-"""``run --set`` on a scenario file and the band of a training profile's refits
-(simrollout.whatif.training_bands)."""
+"""Dotted-path overrides of a scenario: ``run --set`` (simrollout.scenario.overrides)."""
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 import pytest
 import yaml
 
 from simrollout.errors import InputError
-from simrollout.whatif.training_bands import attach_band, load_with_sets, parse_one
+from simrollout.scenario.overrides import load_with_sets, parse_one, set_path
 from tests.conftest import make
 
 
@@ -31,10 +28,7 @@ def test_sets_apply_to_the_file_before_it_is_read(tmp_path):
     assert data["training"]["steps"] == 7
 
 
-def test_the_band_is_the_refits_percentiles_holding_the_point():
-    point = pd.DataFrame({"step_seconds_p50": [100.0]})
-    refits = [pd.DataFrame({"step_seconds_p50": [v]}) for v in (110.0, 120.0, 130.0)]
-    out = attach_band(point, refits, "training profile refits B=3")
-    assert out["step_seconds_p50_lo"].iloc[0] == 100.0  # widened down to the point
-    assert out["step_seconds_p50_hi"].iloc[0] == pytest.approx(np.percentile([110, 120, 130], 95))
-    assert out["band"].iloc[0] == "training profile refits B=3"
+def test_set_path_refuses_a_path_through_a_value():
+    with pytest.raises(InputError, match="'concurrency' is not a mapping"):
+        set_path({"cluster": {"concurrency": 4}}, "cluster.concurrency.x", 1)
+    assert set_path({"a": [1, 2]}, "a.1", 5) == {"a": [1, 5]}
