@@ -71,7 +71,7 @@ def calibrate(
     ),
     framework: str | None = typer.Option(
         None,
-        help="Training logs: verl, areal, slime, skyrl, prime-rl or nemo-rl (default: from the metric names).",
+        help="Training logs: verl, areal, slime, skyrl, prime-rl or nemo-rl (default: from metric names).",
     ),
     responses: int | None = typer.Option(
         None, help="Training logs: responses per step (default: tokens trained / (prompt + response mean))."
