@@ -1,19 +1,41 @@
 """Where numba keeps its compiled functions: the user's cache folder, never beside the installed
 source (``cache=True`` would otherwise write ``__pycache__`` into site-packages, where a later
 editable install finds it and hides the package). Set once, at package import, before numba is
-first imported; an existing ``NUMBA_CACHE_DIR`` is kept."""
+first imported; an existing ``NUMBA_CACHE_DIR`` is kept.
+
+numba checks a cached function against its own file's time stamp only, not against the modules
+whose functions and constants it inlined (the compiled engine is several modules): so the folder
+is named by a digest of every compiled module's source, and an edit to any of them (or another
+version installed) compiles afresh rather than loading a stale loop."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
 
+PACKAGE = Path(__file__).resolve().parent
+COMPILED_IN = ("sim", "distributions")  # the sub-packages whose modules numba compiles
+
+
+def source_digest() -> str:
+    """A short digest of the source of every module numba compiles (those importing numba)."""
+    h = hashlib.sha1()
+    for sub in COMPILED_IN:
+        for path in sorted((PACKAGE / sub).glob("*.py")):
+            text = path.read_bytes()
+            if b"numba" in text:
+                h.update(path.name.encode())
+                h.update(text)
+    return h.hexdigest()[:12]
+
 
 def user_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/simrollout/numba``, or ``~/.cache/simrollout/numba``."""
+    """``$XDG_CACHE_HOME/simrollout/numba/<digest>``, or ``~/.cache/simrollout/numba/<digest>``
+    (:func:`source_digest`)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "simrollout" / "numba"
+    return Path(base) / "simrollout" / "numba" / source_digest()
 
 
 def use_user_cache_dir() -> str:

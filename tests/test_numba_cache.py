@@ -33,14 +33,14 @@ WHERE = (
 def test_the_cache_goes_to_the_users_cache_folder(tmp_path):
     out = _python(WHERE, XDG_CACHE_HOME=str(tmp_path), HOME=str(tmp_path / "home"))
     env_dir, config_dir, loop_dir = out.stdout.split()
-    assert env_dir == config_dir == str(tmp_path / "simrollout" / "numba")
-    assert Path(loop_dir).is_relative_to(tmp_path / "simrollout" / "numba")
+    assert env_dir == config_dir and Path(env_dir).parent == tmp_path / "simrollout" / "numba"
+    assert Path(loop_dir).is_relative_to(env_dir)
     assert not Path(loop_dir).is_relative_to(ROOT / "simrollout")
 
 
 def test_without_xdg_the_cache_is_under_home(tmp_path):
     out = _python(WHERE, HOME=str(tmp_path))
-    assert out.stdout.split()[0] == str(tmp_path / ".cache" / "simrollout" / "numba")
+    assert Path(out.stdout.split()[0]).parent == tmp_path / ".cache" / "simrollout" / "numba"
 
 
 def test_a_users_numba_cache_dir_is_kept(tmp_path):
@@ -51,8 +51,39 @@ def test_a_users_numba_cache_dir_is_kept(tmp_path):
 def test_numba_imported_first_still_gets_the_folder(tmp_path):
     code = "import numba; " + WHERE
     env_dir, config_dir, loop_dir = _python(code, XDG_CACHE_HOME=str(tmp_path)).stdout.split()
-    assert config_dir == env_dir == str(tmp_path / "simrollout" / "numba")
+    assert config_dir == env_dir and Path(env_dir).parent == tmp_path / "simrollout" / "numba"
     assert Path(loop_dir).is_relative_to(tmp_path)
+
+
+def test_an_edit_to_any_compiled_module_names_a_new_folder(tmp_path):
+    """A loop inlines other modules' functions and constants; numba's cache checks its own file
+    alone, so the folder is keyed by all of them."""
+    import shutil
+
+    from simrollout import numba_cache
+
+    copy = tmp_path / "simrollout"
+    for sub in numba_cache.COMPILED_IN:
+        shutil.copytree(ROOT / "simrollout" / sub, copy / sub, ignore=shutil.ignore_patterns("__pycache__"))
+    before = _digest(copy)
+    assert before == numba_cache.source_digest()
+    heap = copy / "sim" / "compiled_heap.py"
+    heap.write_text(heap.read_text() + "\n# an edit\n")
+    edited = _digest(copy)
+    assert edited != before
+    (copy / "sim" / "notes.py").write_text("# nothing compiled here\n")  # a module numba never compiles
+    assert _digest(copy) == edited
+
+
+def _digest(package: Path) -> str:
+    from simrollout import numba_cache
+
+    old = numba_cache.PACKAGE
+    numba_cache.PACKAGE = package
+    try:
+        return numba_cache.source_digest()
+    finally:
+        numba_cache.PACKAGE = old
 
 
 SAY = "from simrollout.sim import compiled; compiled._say_if_compiling()"

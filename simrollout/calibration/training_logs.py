@@ -93,6 +93,21 @@ NAMES: dict[str, dict[str, str]] = {
         "timing/save_checkpoints": "save_s",
         "timing/step": "step_s",
     },
+    "nemo-rl": {  # its timers (nemo_rl/algorithms/grpo.py) logged under timing/train
+        "timing/train/total_step_time": "step_s",
+        "timing/train/generation": "gen_s",
+        "timing/train/exposed_generation": "wait_s",  # async GRPO: the trainer's wait for its batch
+        "timing/train/policy_and_reference_logprobs": "logprob_s",
+        "timing/train/policy_training": "update_s",
+        "timing/train/prepare_for_generation/transfer_and_update_weights": "sync_s",  # sync GRPO's refit
+        "timing/train/weight_sync": "sync_s",  # async GRPO's
+        "timing/train/reward_calculation": "reward_s",
+        "timing/train/advantage_calculation": "adv_s",
+        "timing/train/checkpointing": "save_s",
+        "train/mean_gen_tokens_per_sample": "response_mean",
+        "train/mean_prompt_length": "prompt_mean",
+        "train/total_num_tokens": "total_tokens",
+    },
     "prime-rl": {
         "time/step": "step_s",
         "time/update_weights": "sync_s",

@@ -70,7 +70,8 @@ def calibrate(
         "colocated", help="Training logs: colocated (the engines' GPUs train) or disaggregated."
     ),
     framework: str | None = typer.Option(
-        None, help="Training logs: verl, areal, slime, skyrl or prime-rl (default: from the metric names)."
+        None,
+        help="Training logs: verl, areal, slime, skyrl, prime-rl or nemo-rl (default: from metric names).",
     ),
     responses: int | None = typer.Option(
         None, help="Training logs: responses per step (default: tokens trained / (prompt + response mean))."

@@ -13,11 +13,11 @@ from .options import err
 
 @app.command("import")
 def import_config(
-    framework: str = typer.Argument(..., help="verl, areal, slime, skyrl or prime-rl."),
+    framework: str = typer.Argument(..., help="verl, areal, slime, skyrl, prime-rl or nemo-rl."),
     config: Path = typer.Argument(
         ...,
         help="The framework's config: Hydra YAML or launch script (verl, SkyRL), YAML (AReaL), "
-        "launch script (slime), TOML (prime-rl).",
+        "launch script (slime), TOML (prime-rl), YAML with its defaults chain (nemo-rl).",
     ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Scenario YAML to write (default: print it)."),
 ) -> None:

@@ -116,3 +116,33 @@ def test_a_table_of_runs_splits_by_row_with_its_gpus(tmp_path):
     assert len(only) == 1 and only[0]["gen_s"].iloc[0] == 150.72
     with pytest.raises(InputError, match="no row named sync-16"):
         split_runs([read_training_log(p)], ["sync-16"])
+
+
+def test_nemo_rl_names_and_its_published_table():
+    """NeMo-RL's timers as its GRPO loop logs them (``timing/train/<timer>``): the performance
+    page's On policy rows (validation/training/nemo-rl) read as nine runs, the step alone each."""
+    from simrollout.calibration.training_logs import split_runs
+
+    table = DATA.parents[1].parent / "validation" / "training" / "nemo-rl" / "baseline_metrics.csv"
+    t = read_training_log(table)
+    assert t.attrs["framework"] == "nemo-rl"
+    runs, gpus = split_runs([t])
+    assert gpus[:3] == [16, 32, 8] and [list(r.columns) for r in runs[:1]] == [["step_s"]]
+    assert [r["step_s"].iloc[0] for r in runs[:3]] == [92.8, 198.0, 91.0]
+
+
+def test_nemo_rl_stage_timers_and_token_counts(tmp_path):
+    names = {"timing/train/generation": ("gen_s", 41.5), "timing/train/policy_training": ("update_s", 30.25),
+             "timing/train/policy_and_reference_logprobs": ("logprob_s", 9.0),
+             "timing/train/prepare_for_generation/transfer_and_update_weights": ("sync_s", 2.5),
+             "timing/train/total_step_time": ("step_s", 86.0), "train/total_num_tokens": ("total_tokens", 2.1e6),
+             "train/mean_gen_tokens_per_sample": ("response_mean", 880.0)}  # fmt: skip
+    rec = {"step": 3, **{n: v for n, (_, v) in names.items()}, "train/loss": 0.1}
+    (tmp_path / "nemo.jsonl").write_text(json.dumps(rec) + "\n")
+    t = read_training_log(tmp_path / "nemo.jsonl")
+    assert t.attrs["framework"] == "nemo-rl" and list(t.index) == [3]
+    assert t.loc[3].to_dict() == pytest.approx(dict(names.values()))
+    # async GRPO's weight sync and the trainer's wait, as a TensorBoard download (the tag's / as _)
+    wait = tmp_path / "run-async-tag-timing_train_exposed_generation.csv"
+    wait.write_text("Wall time,Step,Value\n1746000000.5,3,4.75\n")
+    assert read_training_log(wait).loc[3].to_dict() == {"wait_s": 4.75}

@@ -39,6 +39,7 @@ def test_import_prints_the_scenario_without_out(tmp_path):
         (("import", "verl", "missing.yaml"), "missing.yaml: file not found; expected verl's config file"),
         (("import", "areal", DATA / "prime-rl_wordle_rl.toml"), "malformed YAML at line 17"),
         (("import", "prime-rl", DATA / "areal_boba_grpo.yaml"), "malformed TOML"),
+        (("import", "nemo-rl", DATA / "prime-rl_wordle_rl.toml"), "malformed YAML at line 17"),
     ],
 )
 def test_bad_input_is_one_paragraph_and_exit_2(args, said):

@@ -63,6 +63,14 @@ def _one_step(engine: str) -> tuple[str, list[str]]:
                                               "training.trainer.gpus=12"]  # fmt: skip
 
 
+def _nemo(tag: str, recipe: str, pair: str, params_b: str, half: int) -> tuple[str, Table]:
+    # params_b: the model card's total parameters (--params-b sizes the model; the trainer's rate
+    # is fitted from the step, so a mixture of experts' active parameters enter no time)
+    held = [f"cluster.inference.engines={half}", f"training.trainer.gpus={half}"]
+    return pair, Table("nemo-rl", f"{tag}/{recipe}.yaml", ["--rows", f"sync-{pair}", "--params-b", params_b],
+                       {f"async-{pair}": (f"{tag}/{recipe}-async-1off.yaml", held)})  # fmt: skip
+
+
 TABLES: dict[str, list[tuple[str, Table]]] = {
     # the published table's name -> its profiles: (profile name, sequence)
     "verl": [("verl", Table("verl", "config.yaml", ["--params-b", "7.6"], {
@@ -101,6 +109,19 @@ TABLES: dict[str, list[tuple[str, Table]]] = {
             "--training", "--framework", "areal", "--rows", "sync-7b", "--gpus", "96", "--params-b", "7.6"],
             {"async-7b": ("config-1.5b.yaml", ["training.max_staleness=4", "cluster.inference.engines=96",
                                                "training.trainer.gpus=96"])})),
+    ],
+    # NeMo-RL's performance page: each equal-GPU pair a profile (its On policy row, the step alone
+    # split at the default trainer share); the 1-step Off recipe on half the GPUs each side
+    "nemo-rl": [
+        _nemo("v0.5.0", "grpo-llama3.1-8b-instruct-2n8g", "v0.5-h100-llama-8b", "8.03", 8),
+        _nemo("v0.5.0", "grpo-qwen3-30ba3b-4n8g", "v0.5-h100-qwen3-30b-a3b", "30.5", 16),
+        _nemo("v0.5.0", "grpo-llama3.1-8b-instruct-2n4g", "v0.5-gb200-llama-8b", "8.03", 4),
+        _nemo("v0.6.0", "grpo-deepseek-v3-64n8g", "v0.6-h100-deepseek-v3", "671", 256),
+        _nemo("v0.6.0", "grpo-qwen3-235b-32n8g", "v0.6-h100-qwen3-235b", "235", 128),
+        _nemo("v0.6.0", "grpo-qwen3-30ba3b-4n8g", "v0.6-h100-qwen3-30b-a3b", "30.5", 16),
+        _nemo("v0.6.0", "grpo-deepseek-v3-64n4g", "v0.6-gb200-deepseek-v3", "671", 128),
+        _nemo("v0.6.0", "grpo-qwen3-235b-32n4g", "v0.6-gb200-qwen3-235b", "235", 64),
+        _nemo("v0.6.0", "grpo-qwen3-30ba3b-4n4g", "v0.6-gb200-qwen3-30b-a3b", "30.5", 8),
     ],
 }  # fmt: skip
 # the published figure per table: (published.csv column, predicted from the median step seconds)

@@ -1,4 +1,4 @@
-"""``simrollout import``: a framework's own config (verl, AReaL, slime, SkyRL, prime-rl) read into
+"""``simrollout import``: a framework's own config (verl, AReaL, slime, SkyRL, prime-rl, NeMo-RL) read into
 the scenario's ``training`` section and inference tier; one module per framework, each returning
 the shape of :mod:`.table`. docs/scenario.md, "Importing a framework's config"."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from ...errors import InputError
 from .table import Imported, scenario_yaml, unmapped_lines
 
-FRAMEWORKS = ("verl", "areal", "slime", "skyrl", "prime-rl")
+FRAMEWORKS = ("verl", "areal", "slime", "skyrl", "prime-rl", "nemo-rl")
 
 
 def import_config(framework: str, path: str | Path) -> Imported:
