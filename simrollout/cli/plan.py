@@ -168,7 +168,7 @@ def plan(
                     f"{int(result.check.replications.iloc[0])} replications, 95% CIs)", chk, 2)  # fmt: skip
     stability = None
     if uncertainty:
-        from ..whatif.uncertainty import describe_stability, plan_stability
+        from ..whatif.plan_stability import describe_stability, plan_stability
 
         stability = describe_stability(plan_stability(scn, result, executor, jobs))
     _conclude_plan(result, out, shown, stability)

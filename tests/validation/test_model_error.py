@@ -58,7 +58,10 @@ def test_each_sitting_is_judged_by_the_term_of_the_others_alone():
 
 def test_the_shipped_term_is_the_fit_of_the_recorded_residuals():
     df = me.read_residuals(ROOT / "validation" / "residuals.csv")
-    assert set(df.target) == {"docker", "engine", "training"} and df.groupby("target").sitting.nunique().min() >= 4
+    assert (
+        set(df.target) == {"docker", "engine", "training"}
+        and df.groupby("target").sitting.nunique().min() >= 4
+    )
     assert me.shipped() == json.loads(json.dumps(me.fit(df)))  # validation/residuals.csv -> model_error.json
     cov = me.coverage(df)
     assert (cov.coverage >= 0.8).all(), cov  # held out, every target: the bands hold about as often as said
