@@ -2,6 +2,7 @@
 
     python benchmarks/run.py            # everything (about 10 minutes on 2 cores)
     python benchmarks/run.py --quick    # smaller sizes, for a smoke check
+    python benchmarks/run.py --streamed 10000000 100000000   # one substrate vs the numpy floor
 
 Times are medians of ``--repeat`` runs; peak RSS sums the whole process tree (the parallel cells
 included), sampled every 50 ms. Machines here are shared and noisy: compare ratios within one run.
@@ -176,6 +177,40 @@ def scaling(sizes: list[int], repeat: int = 1) -> list[dict]:
     return rows
 
 
+def floor_seconds(n: int, steps: int = 150) -> float:
+    """The numpy floor of a run of ``n`` trajectories of ``steps`` turns: drawing its step
+    variates (a turn's appended and output tokens, two lognormals) and summing them per
+    trajectory with numpy alone, in chunks of 32,768 trajectories, on one core, in a process of
+    its own. Float32 normals (numpy's fastest draw), exponentiated in place."""
+    code = (
+        "import time, numpy as np\n"
+        "rng = np.random.default_rng(0)\n"
+        "t0 = time.perf_counter()\n"
+        f"n, steps, m = {n}, {steps}, 32768\n"
+        "for lo in range(0, n, m):\n"
+        "    x = rng.standard_normal((min(m, n - lo), steps, 2), dtype=np.float32)\n"
+        "    x *= np.float32(1.4)\n"
+        "    x += np.float32(6.0)\n"
+        "    np.exp(x, out=x)\n"
+        "    s = x.sum(axis=1)\n"
+        "print(time.perf_counter() - t0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
+def streamed(sizes: list[int]) -> list[dict]:
+    """One-substrate runs of the headline, ``--no-records``, of each size: wall, peak RSS of the
+    process tree, and the numpy floor (:func:`floor_seconds`) measured right after, as a ratio."""
+    rows = []
+    for n in sizes:
+        run = scaling([n])[0]
+        floor = floor_seconds(n)
+        rows.append({**run, "floor_s": round(floor, 1), "ratio": round(run["wall_s"] / floor, 2)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 TARGETS = {
     "headline": 20.0,
     "plan of the headline": 90.0,
@@ -221,6 +256,7 @@ def main() -> None:
     ap.add_argument("--targets", action="store_true", help="only the speed targets, with verdicts")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--fidelity", action="store_true", help="only the fidelity matrix, as markdown")
+    ap.add_argument("--streamed", type=int, nargs="*", help="one-substrate runs, and the numpy floor")
     ap.add_argument("--trajectories", type=int, default=6_000, help="per matrix row")
     ap.add_argument("--steps", type=int, default=30, help="per trajectory, in the matrix")
     ap.add_argument("--only", default="", help="matrix rows whose name contains this (e.g. tokens)")
@@ -228,6 +264,9 @@ def main() -> None:
     if args.targets:
         for row in targets(args.repeat):
             print(json.dumps(row), flush=True)
+        return
+    if args.streamed is not None:
+        streamed(args.streamed or [10_000_000, 100_000_000])
         return
     if args.fidelity:
         print(matrix_markdown(fidelity_matrix(args.trajectories, args.steps, args.only)))
