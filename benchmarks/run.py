@@ -31,21 +31,27 @@ from simrollout.scenario.overrides import base_dict  # noqa: E402
 from simrollout.validation.fidelity import Row, build, matrix  # noqa: E402
 
 
-def measure(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB, whole process tree) of a command."""
+def measure(cmd: list[str], pss: list | None = None) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB, whole process tree) of a command; ``pss``: append the peak
+    of the tree's proportional set size too (shared pages counted once, split between the
+    processes that share them, such as a forked pool's inherited imports)."""
     t0 = time.perf_counter()
     proc = psutil.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
+    peak = peak_pss = 0
     while proc.poll() is None:
         try:
-            procs = [proc] + proc.children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+            procs = [p for p in [proc] + proc.children(recursive=True) if p.is_running()]
+            peak = max(peak, sum(p.memory_info().rss for p in procs))
+            if pss is not None:
+                peak_pss = max(peak_pss, sum(p.memory_full_info().pss for p in procs))
         except psutil.Error:
             pass
         time.sleep(0.05)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.read().decode()[-2000:])
+    if pss is not None:
+        pss.append(peak_pss / 2**20)
     return wall, peak / 2**20
 
 
@@ -160,7 +166,7 @@ def matrix_markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def scaling(sizes: list[int], repeat: int = 1) -> list[dict]:
+def scaling(sizes: list[int], repeat: int = 1, pss: list | None = None) -> list[dict]:
     rows = []
     for n in sizes:
         with tempfile.TemporaryDirectory() as d:
@@ -172,7 +178,7 @@ def scaling(sizes: list[int], repeat: int = 1) -> list[dict]:
 
             p.write_text(yaml.safe_dump(data))
             cmd = [sys.executable, "-m", "simrollout.cli", "run", str(p), "--no-records", "-o", d]
-            wall, rss = median_of(repeat, lambda c=cmd: measure(c))
+            wall, rss = median_of(repeat, lambda c=cmd: measure(c, pss))
         rows.append({"trajectories": n, "wall_s": round(wall, 1), "peak_rss_mb": round(rss)})
     return rows
 
@@ -200,13 +206,16 @@ def floor_seconds(n: int, steps: int = 150) -> float:
 
 
 def streamed(sizes: list[int]) -> list[dict]:
-    """One-substrate runs of the headline, ``--no-records``, of each size: wall, peak RSS of the
-    process tree, and the numpy floor (:func:`floor_seconds`) measured right after, as a ratio."""
+    """One-substrate runs of the headline, ``--no-records``, of each size: wall, peak RSS and PSS
+    of the process tree, and the numpy floor (:func:`floor_seconds`) measured right after, as a
+    ratio."""
     rows = []
     for n in sizes:
-        run = scaling([n])[0]
+        pss: list[float] = []
+        run = scaling([n], pss=pss)[0]
         floor = floor_seconds(n)
-        rows.append({**run, "floor_s": round(floor, 1), "ratio": round(run["wall_s"] / floor, 2)})
+        rows.append({**run, "peak_pss_mb": round(pss[0]), "floor_s": round(floor, 1),
+                     "ratio": round(run["wall_s"] / floor, 2)})  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
