@@ -284,11 +284,14 @@ def test_one_compiled_cell_takes_its_workloads_chunks_as_they_are_drawn(monkeypa
     assert seen == [True] * 4
     (work,) = runner._WORK.values()
     assert work.filling is not None and work.filling.complete and work.filling.done == 4
-    assert len(work.kept) > 0 and streamed.timeouts.iloc[0] > 0
+    # drawn for this cell alone: its pages handed back and its kept calls dropped as it folded
+    assert work.single and work.spent and not work.kept and streamed.timeouts.iloc[0] > 0
+    assert runner.work_for(scn, 0, False) is not work  # a spent workload is drawn again
     monkeypatch.setattr(runner, "PILOTS", {})
     monkeypatch.setattr(runner, "_WORK", {})
     whole = executors.run_scenario(scn, executor="serial", keep_records=False).cells
-    assert seen[4:] == [False] * 4
+    (drawn,) = runner._WORK.values()
+    assert seen[4:] == [True] * 4 and not drawn.single and len(drawn.kept) > 0  # drawn whole, kept
     pd.testing.assert_frame_equal(streamed, whole)
 
 
