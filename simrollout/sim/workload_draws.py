@@ -115,7 +115,7 @@ class Filling:
     def room(self, c: int) -> None:
         """Block while chunk ``c`` is more than :data:`LEAD` chunks ahead of the reader."""
         with self._cond:
-            while c - self.asked > LEAD:
+            while c - self.asked > LEAD and self.error is None:  # (stopped: on, to fail fast)
                 self._cond.wait()
 
     def wait(self, c: int) -> None:

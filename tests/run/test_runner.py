@@ -304,3 +304,25 @@ def test_a_failed_background_draw_is_raised_to_the_cell_that_waits_for_it():
     f.wait(0)  # drawn before the failure
     with pytest.raises(RuntimeError, match="worker died"):
         f.wait(1)
+
+
+def test_a_background_draw_waits_for_room_until_stopped():
+    """The filling thread keeps at most LEAD chunks ahead of the cell reading them; a stopped run
+    (its error set) lets it go on at once, to end."""
+    import threading
+
+    from simrollout.sim.workload_draws import LEAD, Filling
+
+    f = Filling(100)
+    f.room(LEAD)  # within the lead: no wait
+    waited = threading.Thread(target=f.room, args=(LEAD + 5,), daemon=True)
+    waited.start()
+    waited.join(0.2)
+    assert waited.is_alive()  # too far ahead of the reader
+    f.filled(4)
+    f.wait(4)  # the reader reached chunk 4: room for chunk LEAD + 4, not LEAD + 5
+    waited.join(0.2)
+    assert waited.is_alive()
+    f.failed(RuntimeError("the run was stopped"))
+    waited.join(2.0)
+    assert not waited.is_alive()
