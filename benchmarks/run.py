@@ -2,6 +2,7 @@
 
     python benchmarks/run.py            # everything (about 10 minutes on 2 cores)
     python benchmarks/run.py --quick    # smaller sizes, for a smoke check
+    python benchmarks/run.py --streamed 10000000 100000000   # one substrate vs the numpy floor
 
 Times are medians of ``--repeat`` runs; peak RSS sums the whole process tree (the parallel cells
 included), sampled every 50 ms. Machines here are shared and noisy: compare ratios within one run.
@@ -30,21 +31,27 @@ from simrollout.scenario.overrides import base_dict  # noqa: E402
 from simrollout.validation.fidelity import Row, build, matrix  # noqa: E402
 
 
-def measure(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB, whole process tree) of a command."""
+def measure(cmd: list[str], pss: list | None = None) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB, whole process tree) of a command; ``pss``: append the peak
+    of the tree's proportional set size too (shared pages counted once, split between the
+    processes that share them, such as a forked pool's inherited imports)."""
     t0 = time.perf_counter()
     proc = psutil.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
+    peak = peak_pss = 0
     while proc.poll() is None:
         try:
-            procs = [proc] + proc.children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+            procs = [p for p in [proc] + proc.children(recursive=True) if p.is_running()]
+            peak = max(peak, sum(p.memory_info().rss for p in procs))
+            if pss is not None:
+                peak_pss = max(peak_pss, sum(p.memory_full_info().pss for p in procs))
         except psutil.Error:
             pass
         time.sleep(0.05)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.read().decode()[-2000:])
+    if pss is not None:
+        pss.append(peak_pss / 2**20)
     return wall, peak / 2**20
 
 
@@ -159,7 +166,7 @@ def matrix_markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def scaling(sizes: list[int], repeat: int = 1) -> list[dict]:
+def scaling(sizes: list[int], repeat: int = 1, pss: list | None = None) -> list[dict]:
     rows = []
     for n in sizes:
         with tempfile.TemporaryDirectory() as d:
@@ -171,8 +178,49 @@ def scaling(sizes: list[int], repeat: int = 1) -> list[dict]:
 
             p.write_text(yaml.safe_dump(data))
             cmd = [sys.executable, "-m", "simrollout.cli", "run", str(p), "--no-records", "-o", d]
-            wall, rss = median_of(repeat, lambda c=cmd: measure(c))
+            wall, rss = median_of(repeat, lambda c=cmd: measure(c, pss))
         rows.append({"trajectories": n, "wall_s": round(wall, 1), "peak_rss_mb": round(rss)})
+    return rows
+
+
+def floor_seconds(n: int, steps: int = 150) -> float:
+    """The numpy floor of a run of ``n`` trajectories of ``steps`` turns: drawing its step
+    variates (a turn's appended and output tokens, two lognormals) and summing them per
+    trajectory with numpy alone, in chunks of 32,768 trajectories, on one core, in a process of
+    its own. Float32 normals (numpy's fastest draw), exponentiated in place."""
+    code = (
+        "import time, numpy as np\n"
+        "rng = np.random.default_rng(0)\n"
+        "t0 = time.perf_counter()\n"
+        f"n, steps, m = {n}, {steps}, 32768\n"
+        "for lo in range(0, n, m):\n"
+        "    x = rng.standard_normal((min(m, n - lo), steps, 2), dtype=np.float32)\n"
+        "    x *= np.float32(1.4)\n"
+        "    x += np.float32(6.0)\n"
+        "    np.exp(x, out=x)\n"
+        "    s = x.sum(axis=1)\n"
+        "print(time.perf_counter() - t0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
+FLOOR_MOST = 10_000_000
+
+
+def streamed(sizes: list[int]) -> list[dict]:
+    """One-substrate runs of the headline, ``--no-records``, of each size: wall, peak RSS and PSS
+    of the process tree, and the numpy floor (:func:`floor_seconds`) measured right after (on
+    at most :data:`FLOOR_MOST` trajectories, scaled), as a ratio."""
+    rows = []
+    for n in sizes:
+        pss: list[float] = []
+        run = scaling([n], pss=pss)[0]
+        part = min(n, FLOOR_MOST)  # the floor is linear in n: measured on at most FLOOR_MOST, scaled
+        floor = floor_seconds(part) * n / part
+        rows.append({**run, "peak_pss_mb": round(pss[0]), "floor_s": round(floor, 1),
+                     "ratio": round(run["wall_s"] / floor, 2)})  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -221,6 +269,7 @@ def main() -> None:
     ap.add_argument("--targets", action="store_true", help="only the speed targets, with verdicts")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--fidelity", action="store_true", help="only the fidelity matrix, as markdown")
+    ap.add_argument("--streamed", type=int, nargs="*", help="one-substrate runs, and the numpy floor")
     ap.add_argument("--trajectories", type=int, default=6_000, help="per matrix row")
     ap.add_argument("--steps", type=int, default=30, help="per trajectory, in the matrix")
     ap.add_argument("--only", default="", help="matrix rows whose name contains this (e.g. tokens)")
@@ -228,6 +277,9 @@ def main() -> None:
     if args.targets:
         for row in targets(args.repeat):
             print(json.dumps(row), flush=True)
+        return
+    if args.streamed is not None:
+        streamed(args.streamed or [10_000_000, 100_000_000])
         return
     if args.fidelity:
         print(matrix_markdown(fidelity_matrix(args.trajectories, args.steps, args.only)))

@@ -206,6 +206,7 @@ def _forget_unfinished() -> None:
 
     for key, work in list(runner._WORK.items()):
         if work.filling is not None and not work.filling.complete:
+            work.filling.failed(RuntimeError("the run was stopped"))  # wakes a thread waiting for room
             if work.filling.thread is not None:
                 work.filling.thread.join(timeout=5.0)
             runner._WORK.pop(key)

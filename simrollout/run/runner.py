@@ -99,7 +99,8 @@ def work_for(
     sub = sub if sub is not None and sub.tool_speed else None
     summed = tool_sums_at_once(scn, detail)
     key = (*_work_key(scn, rep, detail, sub), summed)
-    if key not in _WORK:
+    if key not in _WORK or _WORK[key].spent:  # (a spent one: a streamed cell handed its pages back)
+        _WORK.pop(key, None)
         work = draw_work(scn, rep, detail, jobs, sub, summed, pool, background)
         # the latest four, and more while they fit in _WORK_BYTES (the oldest leaves first)
         while len(_WORK) >= 4 and sum(map(_nbytes, _WORK.values())) + _nbytes(work) > _WORK_BYTES:

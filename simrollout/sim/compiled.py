@@ -26,6 +26,8 @@ import numpy as np
 from ..rng import stream
 from ..scenario import Substrate
 from . import compiled_loop as L
+from . import reserved
+from .compiled_fold import Folding
 from .compiled_ops import curve_params, rate_params
 from .records import Records, row_table
 from .substrate_draws import ChunkDetail
@@ -95,15 +97,16 @@ class CompiledRun:
         self.cell, self.training = cell, training
         n, c = cell.work.n, cell.concurrency
         q = _params(cell)
-        self.inputs, self.gen = np.zeros((n, 13)), np.zeros((n, 3))
-        self.rows, self.out = row_table(n)  # by name; the loop writes the float matrix
-        self.arrival, self.scale = np.zeros(n), np.ones(n)
+        # per trajectory, resident only while in flight (the chunks folded as they end: .compiled_fold)
+        self.inputs, self.gen = reserved.zeros((n, 13)), reserved.zeros((n, 3))
+        self.rows, self.out = row_table(n, reserved.zeros)  # by name; the loop writes the float matrix
+        self.arrival, self.scale = reserved.zeros(n), reserved.zeros(n)
         gi = np.zeros(L.NJ, dtype=np.int64)
         gi[L.J_BHI] = n
         gi[L.J_RESUME] = -1
         # a workload still being drawn (async batches): each chunk's inputs when the loop reaches it
         batch = cell.scn.policy.mode == "async" and cell.scn.arrivals.kind == "batch"
-        self.streamed = cell.work.filling is not None and batch and training is None
+        self.streamed = batch and training is None
         for k in range(0 if self.streamed else (n + CHUNK - 1) // CHUNK):
             self._take(k)
         gi[L.J_READY] = 0 if self.streamed else n
@@ -122,13 +125,14 @@ class CompiledRun:
             np.zeros(q["domains"]), q["weights"], q["curve"], q["fp"], q["tab"], q["tsz"],
             np.zeros(c + 1, dtype=np.int64), self.out, self.gen, self.arrival, self.scale,
             tuple(x for x, _ in q["rates"]), tuple(y for _, y in q["rates"]),
-            np.zeros(events), np.zeros(events), *self.pool,
+            reserved.zeros(events), reserved.zeros(events), *self.pool,
             *(training.arrays(c) if training is not None else _no_loop()),
             np.full((n if training is not None else 1, 3), -1, dtype=np.int64),
         ]  # fmt: skip
         self.regions: dict[int, tuple] = {}  # the training loop's chunks of detail in the pools
         self.used = [0, 0]  # steps and calls of the detail pools in use
         self.held: dict[int, ChunkDetail] = {}  # waiting bodies' detail, their chunk's dropped
+        self.folding = Folding(self)
 
     def _take(self, k: int) -> int:
         """Chunk ``k``'s draws, their rows in the run's arrays: the trajectories ready after it."""
@@ -137,8 +141,7 @@ class CompiledRun:
         st = cell.chunk(k)
         sl = slice(st.lo, st.lo + len(st.inputs))
         self.inputs[sl], self.arrival[sl] = st.inputs, st.arrival
-        if st.scale is not None:
-            self.scale[sl] = st.scale
+        self.scale[sl] = st.scale if st.scale is not None else 1.0
         st.inputs, st.rows = self.inputs[sl], self.rows[sl]
         st.gen, st.arrival = self.gen[sl], self.arrival[sl]
         return sl.stop
@@ -169,6 +172,7 @@ class CompiledRun:
                 self.training.wake()
                 continue
             if code == L.R_PROGRESS:
+                self.folding.step()
                 if cell.progress is not None:
                     cell.progress(int(gi[L.J_DONE] - gi[L.J_TOLD]))
                 gi[L.J_TOLD] = gi[L.J_DONE]
@@ -177,6 +181,7 @@ class CompiledRun:
             if code == L.R_RETRY:
                 self._retry(w)
             elif code == L.R_INPUTS:
+                self.folding.step()
                 gi[L.J_READY] = self._take(int(gi[L.J_READY]) // CHUNK)
             else:
                 self._detail(w)
@@ -303,20 +308,10 @@ class CompiledRun:
         self.used = [s, k]
 
     def finish(self) -> None:
-        """Fold every chunk into the cell's metrics; the fleet's peak and the bodies' times."""
+        """Fold every chunk left into the cell's metrics; the fleet's peak and the bodies' times."""
         cell, gi = self.cell, self.S[L.S_GI]
-        started = self.S[L.S_TI][:, L.T_STARTED] if self.training is not None else None
-        for k in sorted(cell.chunks):
-            st = cell.chunks[k]
-            st.ran[:] = True if started is None else started[st.lo : st.lo + len(st.ran)]
-            st.left = 0
-            if st.ran.any():
-                cell.finish_chunk(k)
-            else:  # the training loop stopped before its budget: none of these started
-                del cell.chunks[k]
+        self.folding.finish()
         cell.fleet.peak_sandboxes = int(gi[L.J_PEAK])
-        if cell.curve:
-            cell.bodies_on, cell.bodies_off = self.S[L.S_ON][: gi[L.J_NON]], self.S[L.S_OFF][: gi[L.J_NOFF]]
         if cell.progress is not None and gi[L.J_DONE] > gi[L.J_TOLD]:
             cell.progress(int(gi[L.J_DONE] - gi[L.J_TOLD]))
 

@@ -31,6 +31,7 @@ class BodyLoad:
         # when bodies start and end (every one, full or one-wait): engine busy time is integrated
         # over them once, at the end (gpu_busy_seconds)
         self.bodies_on, self.bodies_off = array("d"), array("d")
+        self.busy_fold: BusyFold | None = None  # or the integral folded as they came
         self._lean_on: list[float] = []  # heaps: one-wait bodies' starts and ends not yet counted
         self._lean_off: list[float] = []
         self.turn_log: list | None = None  # a pilot's turns: (trajectory, bodies, seconds, unloaded)
@@ -101,6 +102,8 @@ class BodyLoad:
         if self.step:
             return self.tier.busy_seconds
         if self.pilot is not None:  # the pilot's busy fraction over time, at the bodies running
+            if self.busy_fold is not None:  # folded as the run went (the compiled engine)
+                return self.busy_fold.value()
             return busy_integral(self.bodies_on, self.bodies_off, self._busy_at)
         load, width = self.acc.load.mean_load(self.acc.end)
         return float((expected_busy_engines(np.maximum(load, 0.0), inf.engines) * width).sum())
@@ -118,3 +121,40 @@ def busy_integral(on, off, busy_at: list[float]) -> float:
     running = np.concatenate([[0], np.cumsum(change[order])])[:-1]
     at = np.asarray(busy_at)[np.minimum(running, len(busy_at) - 1)]
     return float((at * np.diff(t)).sum())
+
+
+class BusyFold:
+    """:func:`busy_integral` folded as the starts and ends come, in time order, so they need not
+    be kept: each :meth:`add` brings every start and end before some time (each list in time
+    order) and none after it. Its terms are summed by numpy a block of ``block`` at a time, the
+    blocks' sums added in order, so up to ``block`` starts and ends (a cell of two million
+    trajectories) the value is :func:`busy_integral`'s to the bit."""
+
+    def __init__(self, busy_at: list[float], block: int = 1 << 22):
+        self.busy_at = np.asarray(busy_at, dtype=np.float64)
+        self.terms = np.zeros(block)
+        self.k = 0  # terms in the block
+        self.total = 0.0  # the full blocks' sums
+        self.t, self.running = 0.0, 0  # the last change folded, and the bodies running after it
+
+    def add(self, on: np.ndarray, off: np.ndarray) -> None:
+        t = np.concatenate([on, off])
+        if not t.size:
+            return
+        change = np.concatenate([np.ones(len(on), dtype=np.int64), -np.ones(len(off), dtype=np.int64)])
+        order = np.argsort(t, kind="stable")
+        t = np.concatenate([[self.t], t[order]])
+        running = self.running + np.concatenate([[0], np.cumsum(change[order])])
+        self.t, self.running = float(t[-1]), int(running[-1])
+        terms = self.busy_at[np.minimum(running[:-1], len(self.busy_at) - 1)] * np.diff(t)
+        while terms.size:
+            m = min(terms.size, self.terms.size - self.k)
+            self.terms[self.k : self.k + m] = terms[:m]
+            self.k += m
+            terms = terms[m:]
+            if self.k == self.terms.size:
+                self.total += float(self.terms.sum())
+                self.k = 0
+
+    def value(self) -> float:
+        return self.total + float(self.terms[: self.k].sum())

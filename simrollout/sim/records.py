@@ -78,9 +78,10 @@ class Records:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def row_table(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` rows: by name (a structured array) and, the same memory, as a float matrix."""
-    rows = np.zeros(n, dtype=ROW_DTYPE)
+def row_table(n: int, zeros=np.zeros) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` rows: by name (a structured array) and, the same memory, as a float matrix
+    (``zeros(n, dtype)`` allocates them)."""
+    rows = zeros(n, ROW_DTYPE)
     return rows, rows.view(np.float64).reshape(n, len(ROW))
 
 

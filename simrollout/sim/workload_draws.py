@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import threading
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -22,9 +23,11 @@ from ..distributions import Capped, Component, Constant, Mixture, Scaled
 from ..distributions.nfold import nfold
 from ..rng import stream
 from ..scenario import Scenario, Substrate, Tool
+from . import reserved
 from .route import resolved_engine, resolved_fidelity
 
 CHUNK = 32_768
+LEAD = 8  # chunks a workload drawn in the background runs ahead of its reader
 KEEP = 0.5  # keep the per-step detail of bodies longer unloaded than this share of the timeout
 # a token workload's generation is its unloaded time times the engines' load, not known when the
 # work is drawn: keep detail as if the load made it this many times longer (else a body near its
@@ -59,6 +62,9 @@ class Work:
 
     # a workload still being drawn (``draw_work(..., background=True)``): its chunks as they fill
     filling: Filling | None = field(default=None, repr=False)
+    # drawn for one streamed cell: the pages of the chunks it folded are handed back (``spent``)
+    single: bool = False
+    spent: bool = False
 
     @property
     def n(self) -> int:
@@ -69,6 +75,17 @@ class Work:
         if self.filling is not None:
             self.filling.wait(c)
 
+    def release(self, lo: int, hi: int) -> None:
+        """Trajectories ``lo:hi`` (and all before) are done with: a workload drawn for one cell
+        hands back their pages and drops their kept detail."""
+        if not self.single:
+            return
+        self.spent = True
+        for k in ("steps", "calls", "llm", "tool", "setup", "reward"):
+            reserved.release(getattr(self, k), lo, hi)
+        for i in [i for i in self.kept if i < hi]:  # only the few bodies near their deadline
+            del self.kept[i]
+
 
 class Filling:
     """How far a thread has filled a workload's arrays with chunks drawn in the background."""
@@ -76,6 +93,7 @@ class Filling:
     def __init__(self, total: int) -> None:
         self.total = total  # chunks
         self.done = 0  # chunks filled, in order
+        self.asked = 0  # the latest chunk its reader waited for
         self.error: BaseException | None = None
         self.thread: threading.Thread | None = None  # the one filling them
         self._cond = threading.Condition()
@@ -94,8 +112,16 @@ class Filling:
             self.error = exc
             self._cond.notify_all()
 
+    def room(self, c: int) -> None:
+        """Block while chunk ``c`` is more than :data:`LEAD` chunks ahead of the reader."""
+        with self._cond:
+            while c - self.asked > LEAD and self.error is None:  # (stopped: on, to fail fast)
+                self._cond.wait()
+
     def wait(self, c: int) -> None:
         with self._cond:
+            self.asked = max(self.asked, c)
+            self._cond.notify_all()
             while self.done <= c and self.error is None:
                 self._cond.wait()
             if self.done <= c:
@@ -380,12 +406,18 @@ def draw_work(
         kept.update(part["kept"])
 
     if pool is not None and background and not detail:
-        work = Work(**out, kept=kept, filling=Filling(len(chunks)))
+        # one cell reads it as it comes: reserved arrays, drawn at most LEAD chunks ahead
+        out = {k: reserved.zeros(n, dtype=kinds.get(k, np.float64)) for k in sums}
+        work = Work(**out, kept=kept, filling=Filling(len(chunks)), single=True)
 
         def fill() -> None:
             try:
-                for c, part in zip(chunks, pool.map(draw, chunks)):
-                    take(c, part)
+                drawing: deque = deque()
+                for c in chunks:
+                    work.filling.room(c)
+                    while len(drawing) <= LEAD and c + len(drawing) < len(chunks):
+                        drawing.append(pool.submit(draw, c + len(drawing)))
+                    take(c, drawing.popleft().result())
                     work.filling.filled(c)
             except BaseException as exc:  # the reader raises it
                 work.filling.failed(exc)

@@ -284,11 +284,14 @@ def test_one_compiled_cell_takes_its_workloads_chunks_as_they_are_drawn(monkeypa
     assert seen == [True] * 4
     (work,) = runner._WORK.values()
     assert work.filling is not None and work.filling.complete and work.filling.done == 4
-    assert len(work.kept) > 0 and streamed.timeouts.iloc[0] > 0
+    # drawn for this cell alone: its pages handed back and its kept calls dropped as it folded
+    assert work.single and work.spent and not work.kept and streamed.timeouts.iloc[0] > 0
+    assert runner.work_for(scn, 0, False) is not work  # a spent workload is drawn again
     monkeypatch.setattr(runner, "PILOTS", {})
     monkeypatch.setattr(runner, "_WORK", {})
     whole = executors.run_scenario(scn, executor="serial", keep_records=False).cells
-    assert seen[4:] == [False] * 4
+    (drawn,) = runner._WORK.values()
+    assert seen[4:] == [True] * 4 and not drawn.single and len(drawn.kept) > 0  # drawn whole, kept
     pd.testing.assert_frame_equal(streamed, whole)
 
 
@@ -301,3 +304,25 @@ def test_a_failed_background_draw_is_raised_to_the_cell_that_waits_for_it():
     f.wait(0)  # drawn before the failure
     with pytest.raises(RuntimeError, match="worker died"):
         f.wait(1)
+
+
+def test_a_background_draw_waits_for_room_until_stopped():
+    """The filling thread keeps at most LEAD chunks ahead of the cell reading them; a stopped run
+    (its error set) lets it go on at once, to end."""
+    import threading
+
+    from simrollout.sim.workload_draws import LEAD, Filling
+
+    f = Filling(100)
+    f.room(LEAD)  # within the lead: no wait
+    waited = threading.Thread(target=f.room, args=(LEAD + 5,), daemon=True)
+    waited.start()
+    waited.join(0.2)
+    assert waited.is_alive()  # too far ahead of the reader
+    f.filled(4)
+    f.wait(4)  # the reader reached chunk 4: room for chunk LEAD + 4, not LEAD + 5
+    waited.join(0.2)
+    assert waited.is_alive()
+    f.failed(RuntimeError("the run was stopped"))
+    waited.join(2.0)
+    assert not waited.is_alive()

@@ -123,3 +123,27 @@ def test_each_chunks_per_step_detail_is_drawn_once_and_gives_the_numbers_of_keep
     cols = [c for c in kept.columns if not c.startswith("_")]
     assert kept[cols].to_csv() == everything[cols].to_csv()
     assert kept.timeouts.iloc[0] > 0 and kept.failed.iloc[0] + kept.timeouts.iloc[0] > 0
+
+
+@pytest.mark.slow
+def test_chunks_folded_while_the_loop_runs_give_the_numbers_of_folding_at_its_end(monkeypatch):
+    """A compiled cell folds each chunk into its metrics once it and those before it ended, and
+    hands back its rows' pages: the numbers of folding every chunk after the loop."""
+    from simrollout.sim import compiled_fold
+
+    d = build(Row("async", "host", "failures"), 70_000, 4, 512)  # three chunks, 512 in flight
+    d["policy"]["timeout"] = 120.0
+    folded, real = [], compiled_fold.Folding.step
+
+    def step(self):
+        before = self.next
+        real(self)
+        folded.extend(range(before, self.next))
+
+    monkeypatch.setattr(compiled_fold.Folding, "step", step)
+    streamed = _run(d, "compiled").cells
+    assert folded[:1] == [0] and folded == sorted(set(folded)) and 2 not in folded  # the last: after
+    monkeypatch.setattr(compiled_fold.Folding, "step", lambda self: None)
+    at_end = _run(d, "compiled").cells
+    cols = [c for c in streamed.columns if not c.startswith("_")]
+    assert streamed[cols].to_csv() == at_end[cols].to_csv()
