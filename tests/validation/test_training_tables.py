@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 HERE = Path(__file__).resolve().parents[2] / "validation" / "training"
-TARGETS = ("verl", "areal", "areal-e2e", "vime", "verl-1step")
+TARGETS = ("verl", "areal", "areal-e2e", "vime", "verl-1step", "nemo-rl")
 # baseline_metrics.csv column -> published.csv column, per target
 SAME = {
     "verl": {"timing_s/step": "step", "timing_s/gen": "gen", "timing_s/old_log_prob": "old_log_prob",
@@ -22,6 +22,7 @@ SAME = {
                    "timing_s/generate_sequences": "generate_sequences",
                    "timing_s/update_actor": "update_actor",
                    "n_gpus": "gpus"},
+    "nemo-rl": {"timing/train/total_step_time": "step", "n_gpus": "gpus"},
 }  # fmt: skip
 
 
@@ -42,7 +43,8 @@ def test_every_row_has_a_source_and_the_rule_decides_its_role(published: pd.Data
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_baseline_log_holds_the_input_rows_with_their_published_numbers(published, target):
     folder = HERE / target
-    assert (folder / "PROVENANCE.md").is_file() and list(folder.glob("config*"))
+    configs = list(folder.glob("config*")) or list(folder.glob("v*/*.yaml"))  # nemo-rl: a folder a release
+    assert (folder / "PROVENANCE.md").is_file() and configs
     log = pd.read_csv(folder / "baseline_metrics.csv")
     rows = published[published["target"] == target].set_index("row")
     assert sorted(log["row"]) == sorted(rows.index[rows["role"] == "input"])
