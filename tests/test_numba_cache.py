@@ -95,6 +95,14 @@ def test_an_empty_cache_says_it_compiles(tmp_path):
     assert str(tmp_path) in out.stderr and "once per install" in out.stderr
 
 
+def test_the_cells_of_one_run_say_it_once(tmp_path):
+    """Cell processes of one run (children of one parent: here, this test) compile side by side;
+    the first says so, the others do not repeat it."""
+    first = _python(SAY, NUMBA_CACHE_DIR=str(tmp_path))
+    second = _python(SAY, NUMBA_CACHE_DIR=str(tmp_path))
+    assert "compiling the event loop" in first.stderr and second.stderr == ""
+
+
 @pytest.mark.slow
 def test_a_filled_cache_says_nothing(tmp_path):
     from simrollout.sim import compiled_loop as L

@@ -19,6 +19,7 @@ import math
 import os
 import sys
 import time
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -39,9 +40,18 @@ FIRST_COMPILE_CPU_S = 64  # measured: the loop's first compile, 64 s of CPU on 2
 
 def _say_if_compiling() -> None:
     """One line on stderr when numba's cache holds no compiled loop yet (a fresh install): the
-    first run compiles it, once, into the user's cache folder (:mod:`simrollout.numba_cache`)."""
+    first run compiles it, once, into the user's cache folder (:mod:`simrollout.numba_cache`).
+    Said once per run: of a run's cell processes (children of one parent), the first alone."""
     index = getattr(getattr(L.run._cache, "_cache_file", None), "_index_path", None)  # None: no cache
     if index is not None and not os.path.exists(index):
+        marker = Path(index).parent / f".compiling-{os.getppid()}"
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:  # a sibling said it
+            return
+        except OSError:
+            pass
         sys.stderr.write(
             f"compiling the event loop (numba), once per install: about {FIRST_COMPILE_CPU_S} s of CPU; "
             f"later runs load it from {os.environ.get('NUMBA_CACHE_DIR', 'the cache')}\n"
