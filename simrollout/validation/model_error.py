@@ -119,12 +119,13 @@ def coverage(df: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
 def first_seen(path: Path, entry: dict) -> pd.DataFrame:
     """``path`` (``residuals.csv``) with ``entry``'s cells (a suite's record of one target) added
     where its workload was never measured before: a sitting counts as held out once, as first
-    measured; its repeats and refits are model-choice data. Written back when it grew."""
+    measured; its repeats and refits are model-choice data. Written back when it grew. A cell's
+    sitting is its target and workload unless it names one (a training table's rows share one)."""
     old = read_residuals(path) if path.is_file() else pd.DataFrame(columns=COLUMNS)
     known = set(zip(old.target, old.workload))
     t = entry["target"]
     new = [
-        {"target": t, "sitting": f"{t}/{c['workload']}", "date": entry["date"][:10],
+        {"target": t, "sitting": c.get("sitting", f"{t}/{c['workload']}"), "date": entry["date"][:10],
          "workload": c["workload"], "level": c["level"], "metric": c["metric"], "target_pct": c["target_pct"],
          "real_mean": c["real_mean"], "simulated": c["simulated"], "sim_lo": c.get("sim_lo"),
          "sim_hi": c.get("sim_hi")}

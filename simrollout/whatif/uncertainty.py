@@ -31,13 +31,12 @@ from ..scenario import Scenario, Substrate, load_profile
 from ..scenario.base import merge
 from ..scenario.files import _resolve
 from ..sim.route import resolved_fidelity
-from .model_band import source_path, widen
+from .model_band import TRAINING_METRICS, source_path, widen
 from .sweeps import base_dict, set_path
 
 BANDED = ("worker_hours", "makespan_hours", "duration_p50", "duration_p99", "completed_duration_p50",
-          "completed_duration_p99", "cold_start_p50", "cost_usd", "training_steps_per_day",
-          "llm_request_p50", "llm_request_p99", "step_seconds_mean", "step_seconds_p50", "step_train_seconds",
-          "step_rollout_seconds", "training_hours")  # fmt: skip
+          "completed_duration_p99", "cold_start_p50", "cost_usd", "llm_request_p50", "llm_request_p99",
+          *TRAINING_METRICS)  # fmt: skip
 LO, HI = 5, 95
 SUBSAMPLE = 20_000  # trajectories a refit is re-simulated on when the scenario has more
 PUBLIC = "none: public figures"

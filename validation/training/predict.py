@@ -203,29 +203,19 @@ def predict_table(target: str, work: Path, published: dict) -> list[dict]:
 
 def record_residuals(rows: list[dict], path: Path = RESIDUALS, shipped: Path | None = None) -> None:
     """Each held-out row's residual into ``residuals.csv`` where it was never recorded (a row counts
-    as held out once, as first predicted), and the shipped model-error term (or ``shipped``)
-    refitted from it."""
-    import pandas as pd
-
+    as held out once, as first predicted: ``model_error.first_seen``), and the shipped model-error
+    term (or ``shipped``) refitted from it."""
     from simrollout.validation import model_error as me
 
-    old = me.read_residuals(path)
-    known = set(zip(old.target, old.workload))
-    new = []
+    cells = []
     for r in rows:
-        if ("training", f"{r['target']}/{r['row']}") in known:
-            continue
         unit = 1.0 if r["metric"] == "step_s" else FIGURE[r["target"]][1](1.0)  # step seconds
-        today = date.today().isoformat()
-        new.append({"target": "training", "sitting": f"training/{r['target']}", "date": today,
-                    "workload": f"{r['target']}/{r['row']}", "level": 0, "metric": "step_seconds",
-                    "target_pct": TARGET_PCT, "real_mean": r["published"] / unit,
-                    "simulated": r["predicted"] / unit, "sim_lo": r["input_lo"] / unit,
-                    "sim_hi": r["input_hi"] / unit})  # fmt: skip
-    if new:
-        out = pd.concat([old, pd.DataFrame(new, columns=me.COLUMNS)], ignore_index=True)
-        out.to_csv(path, index=False, float_format="%.6g")
-        me.write_shipped(out, shipped)
+        cells.append({"sitting": f"training/{r['target']}", "workload": f"{r['target']}/{r['row']}",
+                      "level": 0, "metric": "step_seconds", "target_pct": TARGET_PCT,
+                      "real_mean": r["published"] / unit, "simulated": r["predicted"] / unit,
+                      "sim_lo": r["input_lo"] / unit, "sim_hi": r["input_hi"] / unit})  # fmt: skip
+    entry = {"target": "training", "date": date.today().isoformat(), "cells": cells}
+    me.write_shipped(me.first_seen(path, entry), shipped)
 
 
 def with_model_error(rows: list[dict], path: Path = RESIDUALS) -> list[dict]:
