@@ -31,29 +31,50 @@ SHARES = (0.47, 0.56, 0.47, 0.50, 0.66, 0.46)  # those rows' shares: the refits 
 SIGMA = 0.5  # a response's spread when the logs give no lengths: verl logs' clip-ratio fits, 0.47 and 0.53
 DEFAULT_REFITS = 200  # a refit is a few means and one least squares: 200 take well under a second
 SPLIT = "the step split at each trainer share of the published sync rows (SHARES), in place of --train-share"
+# a step split by the trainer's FLOPs (--mfu): refitted at the MFU halved to doubled, where a
+# cited training benchmark's MFU stands for the run's own
+MFU_FACTORS = (0.5, 0.71, 1.41, 2.0)
+SPLIT_FLOPS = "the step split at the trainer's FLOPs time at --mfu x 0.5, 0.71, 1.41 and 2 (MFU_FACTORS)"
+MAX_SHARE = 0.95  # a FLOPs-derived trainer share is capped below the whole step
 JACKKNIFE = "jackknife over runs (every run one step: each refit leaves one run out)"
 METHOD = "moving-block bootstrap over consecutive steps, within each run (block: ceil(steps^(1/3)))"
 
 
+def flops_seconds(tokens: float, gpus: int, flops: dict) -> float:
+    """A step's trainer passes from their FLOPs: ``(6 + 2 x forward passes) x active parameters x
+    tokens / (GPUs x peak x MFU)`` (a forward and backward pass, and each forward-only pass: the
+    old policy's and the reference model's log-probs)."""
+    per_token = (6.0 + 2.0 * flops["forward_passes"]) * flops["active_params_b"] * 1e9
+    return per_token * tokens / (gpus * flops["peak_tflops"] * 1e12 * flops["mfu"])
+
+
 def run_means(
-    table: pd.DataFrame, responses: int | None, gpus: int, train_share: float | None = None
+    table: pd.DataFrame,
+    responses: int | None,
+    gpus: int,
+    train_share: float | None = None,
+    flops: dict | None = None,
 ) -> dict:
     """One run's means, and its tokens trained and responses per step where the log gives them;
-    a sync run logging its step seconds alone is split ``train_share`` to the trainer, the rest to
-    generation
+    a sync run logging its step seconds alone is split ``train_share`` to the trainer (or, with
+    ``flops`` and the tokens trained, the trainer's :func:`flops_seconds`), the rest to generation
     (verl's tokens per data-parallel rank times the ``gpus`` that trained, when the total is not
-    logged: every trainer GPU a data-parallel rank, as FSDP runs them)."""
+    logged: every trainer GPU a data-parallel rank, as FSDP runs them; NeMo-RL's tokens per
+    second per GPU over the step, times the step and the GPUs)."""
     m = {q: float(table[q].mean()) for q in table.columns if table[q].notna().any()}
     if "update_s" not in m and "train_s" in m:  # slime's perf/train_time: log-prob passes and update
         m["update_s"] = m.pop("train_s")
     if "gen_s" not in m and "wait_s" in m:  # a sync trainer waits for its batch's generation
         m["gen_s"] = m.pop("wait_s")
-    if "update_s" not in m and "gen_s" not in m and "step_s" in m and train_share:  # the step alone
-        m["update_s"], m["gen_s"] = train_share * m["step_s"], (1.0 - train_share) * m["step_s"]
-        m["train_share"] = train_share
     if "total_tokens" not in m and "tokens_per_rank" in m:
         m["total_tokens"] = m["tokens_per_rank"] * gpus
     per = m.get("prompt_mean", 0.0) + m.get("response_mean", 0.0)
+    if "update_s" not in m and "gen_s" not in m and "step_s" in m and (train_share or flops):
+        if flops is not None:  # the step alone: the trainer's share from its FLOPs
+            seconds = flops_seconds(_trained(m, responses, gpus, per), gpus, flops)
+            train_share = m["flops_share"] = min(seconds / m["step_s"], MAX_SHARE)
+        m["update_s"], m["gen_s"] = train_share * m["step_s"], (1.0 - train_share) * m["step_s"]
+        m["train_share"] = train_share
     if responses is None and "total_tokens" in m and per > 0:
         responses = m["total_tokens"] / per
     if "total_tokens" not in m and responses and per > 0:
@@ -68,6 +89,22 @@ def run_means(
     if "response_max" in table:
         m["response_top"] = float(table["response_max"].max())
     return m
+
+
+def _trained(m: dict, responses: int | None, gpus: int, per: float) -> float:
+    """The tokens a step trains, for its FLOPs: as logged, or NeMo-RL's tokens per second per GPU
+    over the step times the step and the GPUs, or the responses times their logged lengths."""
+    if "total_tokens" in m:
+        return m["total_tokens"]
+    if "step_tokens_per_gpu_second" in m:
+        return m["step_tokens_per_gpu_second"] * m["step_s"] * gpus
+    if responses and per > 0:
+        return responses * per
+    raise InputError(
+        "--mfu: the log gives no tokens trained, so the trainer's FLOPs are unknown (verl "
+        "perf/total_num_tokens, NeMo-RL train/total_num_tokens or timing/train/valid_tokens_per_sec_per_gpu, "
+        "or the prompt and response lengths with --responses); split the step with --train-share instead."
+    )
 
 
 def response_law(mean: float, cap: float, clip: float | None, responses: float | None) -> dict:
@@ -222,8 +259,11 @@ def training_profile(
     seed: int = 0,
     sigma: float = SIGMA,
     train_share: float = TRAIN_SHARE,
+    flops: dict | None = None,
 ) -> dict:
-    """The profile (``version: 1``): provenance, the fitted laws, the ``training`` fragment and refits."""
+    """The profile (``version: 1``): provenance, the fitted laws, the ``training`` fragment and
+    refits; ``flops`` (``mfu``, ``peak_tflops``, ``active_params_b``, ``forward_passes``) splits a
+    step logged alone at its trainer's FLOPs time instead of ``train_share``."""
     if len(gpus) == 1 and len(tables) > 1:
         gpus = gpus * len(tables)
     if len(gpus) != len(tables):
@@ -231,7 +271,7 @@ def training_profile(
             f"--gpus: give one GPU count, or one per run ({len(tables)}: a file each, TensorBoard's "
             f"one-metric files together one run), got {len(gpus)}."
         )
-    runs = [run_means(t, responses, g, train_share) for t, g in zip(tables, gpus)]
+    runs = [run_means(t, responses, g, train_share, flops) for t, g in zip(tables, gpus)]
     training = fit_training(runs, gpus, placement)
     if params_b is not None:
         training["model"] = {"params_b": params_b}
@@ -264,17 +304,17 @@ def training_profile(
     profile["stages"] = [{q: round(v, 4) for q, v in r.items()} for r in runs]
     profile["training"] = training
     profile["uncertainty"] = _uncertainty(
-        tables, gpus, placement, responses, training, refits, seed, params_b, train_share
+        tables, gpus, placement, responses, training, refits, seed, params_b, train_share, flops
     )
     return profile
 
 
-def _jackknife(tables, gpus, placement, responses, params_b, share) -> list[dict]:
+def _jackknife(tables, gpus, placement, responses, params_b, share, flops=None) -> list[dict]:
     """Tables of one mean a run: the fits with one run left out (those that still fit)."""
     fits = []
     for i in range(len(tables)):
         keep = [j for j in range(len(tables)) if j != i]
-        runs = [run_means(tables[j], responses, gpus[j], share) for j in keep]
+        runs = [run_means(tables[j], responses, gpus[j], share, flops) for j in keep]
         fit = fit_training(runs, [gpus[j] for j in keep], placement)
         if params_b is not None:
             fit["model"] = {"params_b": params_b}
@@ -282,19 +322,24 @@ def _jackknife(tables, gpus, placement, responses, params_b, share) -> list[dict
     return fits
 
 
-def _uncertainty(tables, gpus, placement, responses, point, refits, seed, params_b=None, share=None) -> dict:
+def _uncertainty(tables, gpus, placement, responses, point, refits, seed, params_b=None, share=None,
+                 flops=None) -> dict:  # fmt: skip
     one_step = all(len(t) < 2 for t in tables)
     why = None
-    split = any("train_share" in run_means(t, responses, g, share) for t, g in zip(tables, gpus))
-    if refits and split:  # the step split by an assumed share: refit at each share the published rows gave
-        fits, method = [], SPLIT
-        for sh in SHARES:
+    split = any("train_share" in run_means(t, responses, g, share, flops) for t, g in zip(tables, gpus))
+    if refits and split:  # the step split by an assumed share (or MFU): refit at each the sources give
+        if flops is None:
+            splits, method = [(sh, None) for sh in SHARES], SPLIT
+        else:
+            splits, method = [(None, {**flops, "mfu": flops["mfu"] * f}) for f in MFU_FACTORS], SPLIT_FLOPS
+        fits = []
+        for sh, fl in splits:
             fit = fit_training(
-                [run_means(t, responses, g, sh) for t, g in zip(tables, gpus)], gpus, placement
+                [run_means(t, responses, g, sh, fl) for t, g in zip(tables, gpus)], gpus, placement
             )
             fits.append({**fit, "model": {"params_b": params_b}} if params_b is not None else fit)
     elif refits and one_step and len(tables) >= 3:
-        fits, method = _jackknife(tables, gpus, placement, responses, params_b, share), JACKKNIFE
+        fits, method = _jackknife(tables, gpus, placement, responses, params_b, share, flops), JACKKNIFE
     elif not refits or one_step:
         why = (
             "no refits (--bootstrap 0)"
@@ -305,7 +350,7 @@ def _uncertainty(tables, gpus, placement, responses, point, refits, seed, params
     else:
 
         def one(rng: np.random.Generator) -> dict:
-            means = [run_means(_blocks(t, rng), responses, g, share) for t, g in zip(tables, gpus)]
+            means = [run_means(_blocks(t, rng), responses, g, share, flops) for t, g in zip(tables, gpus)]
             fit = fit_training(means, gpus, placement)
             return {**fit, "model": {"params_b": params_b}} if params_b is not None else fit
 

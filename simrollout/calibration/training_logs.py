@@ -37,6 +37,7 @@ QUANTITIES = {
     "total_tokens": "tokens trained in the step (prompts and responses)",
     "tokens_per_rank": "tokens trained in the step per data-parallel rank (verl's balanced partitions)",
     "throughput": "tokens/s/GPU over the step",
+    "step_tokens_per_gpu_second": "tokens trained / (the step's seconds x every GPU of the run)",
     "train_s": "s: the trainer's whole step (log-prob passes and update), where no update alone is logged",
     "wait_s": "s: the trainer's wait for its batch (a sync run: the batch's generation)",
     "gpus": "GPUs of the run (a table of several runs' means, a row a run)",
@@ -107,6 +108,7 @@ NAMES: dict[str, dict[str, str]] = {
         "train/mean_gen_tokens_per_sample": "response_mean",
         "train/mean_prompt_length": "prompt_mean",
         "train/total_num_tokens": "total_tokens",
+        "timing/train/valid_tokens_per_sec_per_gpu": "step_tokens_per_gpu_second",
     },
     "prime-rl": {
         "time/step": "step_s",

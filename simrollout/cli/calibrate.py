@@ -95,6 +95,25 @@ def calibrate(
         help="Training logs giving a sync step's seconds alone: its share on the trainer, the rest "
         "generation (default 0.5: the published sync rows that split their step).",
     ),
+    mfu: float | None = typer.Option(
+        None,
+        help="Training logs giving a sync step's seconds alone and its tokens: split it at the trainer's "
+        "FLOPs time at this model FLOPs utilisation (e.g. a training benchmark's of the same model and "
+        "GPU) instead of --train-share; needs --peak-tflops.",
+    ),
+    peak_tflops: float | None = typer.Option(
+        None, help="With --mfu: the GPU's dense BF16 peak, TFLOP/s (H100 SXM: 989)."
+    ),
+    active_params_b: float | None = typer.Option(
+        None,
+        help="With --mfu: the parameters a token passes through, billions (a mixture of experts' active "
+        "ones; default --params-b).",
+    ),
+    forward_passes: int = typer.Option(
+        1,
+        help="With --mfu: forward-only passes a step besides training's forward and backward (the old "
+        "policy's log-probs: 1; with a reference model's for a KL penalty: 2).",
+    ),
 ) -> None:
     """Fit latency distributions to probe records and write a substrate profile (or, from
     ``probe openai`` records, an engine profile; from a training run's logs, a training profile)."""
@@ -114,6 +133,7 @@ def calibrate(
             rows,
             response_sigma,
             train_share,
+            (mfu, peak_tflops, active_params_b, forward_passes),
         )
         return calibrate_training(probes, out, *args)
 

@@ -44,8 +44,30 @@ def _gpus(text: str | None) -> list[int]:
     return out
 
 
+def _flops(mfu, peak_tflops, active_params_b, forward_passes, params_b) -> dict | None:
+    """``--mfu``'s trainer FLOPs (:func:`..calibration.training_fit.flops_seconds`), checked."""
+    if mfu is None:
+        if peak_tflops is not None or active_params_b is not None:
+            raise InputError("--peak-tflops and --active-params-b split a step by its FLOPs: give --mfu too.")
+        return None
+    if not 0 < mfu <= 1:
+        raise InputError(f"--mfu: expected a model FLOPs utilisation between 0 and 1, got {mfu}.")
+    if peak_tflops is None or peak_tflops <= 0:
+        raise InputError("--mfu: give --peak-tflops, the GPU's dense BF16 peak in TFLOP/s (H100 SXM: 989).")
+    active = active_params_b if active_params_b is not None else params_b
+    if active is None or active <= 0:
+        raise InputError(
+            "--mfu: give --params-b (or --active-params-b), the parameters a token passes through."
+        )
+    if forward_passes < 0:
+        raise InputError(f"--forward-passes: expected 0 or more, got {forward_passes}.")
+    return {"mfu": mfu, "peak_tflops": peak_tflops, "active_params_b": active,
+            "forward_passes": forward_passes}  # fmt: skip
+
+
 def calibrate_training(files, out, gpus, placement, framework, responses, params_b, bootstrap, seed,
-                       rows=None, sigma=0.5, train_share=0.5) -> None:  # fmt: skip
+                       rows=None, sigma=0.5, train_share=0.5,
+                       flops_args=(None, None, None, 1)) -> None:  # fmt: skip
     from ..calibration.calibrate import write_profile
     from ..calibration.training_fit import DEFAULT_REFITS, training_profile
     from ..calibration.training_logs import NAMES, join_runs, read_training_log, split_runs
@@ -64,6 +86,7 @@ def calibrate_training(files, out, gpus, placement, framework, responses, params
         raise InputError(f"--response-sigma: expected a positive number, got {sigma}.")
     if not 0 < train_share < 1:
         raise InputError(f"--train-share: expected a share between 0 and 1, got {train_share}.")
+    flops = _flops(*flops_args, params_b)
     tables = join_runs([read_training_log(f, framework) for f in files])
     wanted = [r.strip() for r in rows.split(",")] if rows else None
     if gpus is None or wanted is not None:
@@ -73,7 +96,7 @@ def calibrate_training(files, out, gpus, placement, framework, responses, params
     with naming(files):
         profile = training_profile(
             tables, counts, placement, responses, params_b,
-            DEFAULT_REFITS if bootstrap is None else bootstrap, seed, sigma, train_share,
+            DEFAULT_REFITS if bootstrap is None else bootstrap, seed, sigma, train_share, flops,
         )  # fmt: skip
     write_profile(profile, out)
     tt, prov = profile["training"]["train_time"], profile["provenance"]
@@ -82,6 +105,10 @@ def calibrate_training(files, out, gpus, placement, framework, responses, params
     typer.echo(f"trainer: {tt['tokens_per_gpu_second']:,.1f} tokens/s/GPU ({placement}), "
                f"colocated cost {tt.get('colocated', {}).get('fitted_s', 0.0):.2f} s/step, "
                f"tokens_half {tt.get('tokens_half', 0.0):,.0f}")  # fmt: skip
+    shares = [r["flops_share"] for r in profile["stages"] if "flops_share" in r]
+    if shares:
+        typer.echo(f"step split at the trainer's FLOPs (--mfu {flops['mfu']}): trainer share "
+                   + ", ".join(f"{x:.3f}" for x in shares))  # fmt: skip
     if "logprob_tokens_per_gpu_second" in tt:
         typer.echo(f"log-prob pass: {tt['logprob_tokens_per_gpu_second']:,.1f} tokens/s/GPU")
     tr = profile["training"]

@@ -161,3 +161,39 @@ def test_a_step_alone_is_split_by_the_train_share_and_refitted_at_the_published_
     updates = sorted(16 / f["train_time"]["tokens_per_gpu_second"] for f in fits)
     assert updates[0] == pytest.approx(min(SHARES) * 31.5, rel=1e-3)
     assert updates[-1] == pytest.approx(max(SHARES) * 31.5, rel=1e-3)
+
+
+def test_a_step_alone_with_its_tokens_is_split_at_the_trainers_flops_time():
+    from simrollout.calibration.training_fit import MFU_FACTORS, flops_seconds
+
+    # NeMo-RL's step and tokens/s/GPU over it: 1,581 x 92.8 s x 16 GPUs = 2,347,622 tokens trained;
+    # (6 + 2 x 2 forward passes) x 8.03e9 x tokens / (16 x 989e12 x 0.5) = 23.83 s of 92.8
+    table = pd.DataFrame({"step_s": [92.8], "step_tokens_per_gpu_second": [1581.0]}, index=pd.Index([1]))
+    flops = {"mfu": 0.5, "peak_tflops": 989.0, "active_params_b": 8.03, "forward_passes": 2}
+    tokens = 1581.0 * 92.8 * 16
+    assert flops_seconds(tokens, 16, flops) == pytest.approx(10 * 8.03e9 * tokens / (16 * 989e12 * 0.5))
+    prof = training_profile([table], [16], "colocated", responses=2048, flops=flops)
+    stage = prof["stages"][0]
+    assert stage["update_s"] == pytest.approx(23.83, abs=0.01) and stage["gen_s"] == pytest.approx(
+        92.8 - 23.83, abs=0.01
+    )
+    assert stage["flops_share"] == pytest.approx(23.83 / 92.8, abs=1e-4)
+    # refitted at the MFU halved to doubled: the update scales as 1 / MFU
+    updates = sorted(
+        2048 / 16 / f["train_time"]["tokens_per_gpu_second"] for f in prof["uncertainty"]["training"]
+    )
+    want = sorted(23.83 / f for f in MFU_FACTORS)
+    assert updates == pytest.approx(want, rel=1e-3)
+
+
+def test_a_flops_share_is_capped_below_the_step_and_needs_the_tokens():
+    from simrollout.calibration.training_fit import MAX_SHARE
+    from simrollout.errors import InputError
+
+    flops = {"mfu": 0.01, "peak_tflops": 100.0, "active_params_b": 70.0, "forward_passes": 1}
+    table = pd.DataFrame({"step_s": [10.0], "step_tokens_per_gpu_second": [5000.0]}, index=pd.Index([1]))
+    prof = training_profile([table], [8], "colocated", responses=64, flops=flops, refits=0)
+    assert prof["stages"][0]["train_share"] == MAX_SHARE
+    bare = pd.DataFrame({"step_s": [10.0]}, index=pd.Index([1]))
+    with pytest.raises(InputError, match="--mfu: the log gives no tokens trained"):
+        training_profile([bare], [8], "colocated", responses=64, flops=flops)

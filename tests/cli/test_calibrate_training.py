@@ -77,6 +77,10 @@ def test_a_published_table_of_runs_gives_its_gpus_rollout_and_jackknife(tmp_path
         (["--rows", "sync-16"], ["--rows", "no row named sync-16", "sync-32"]),
         (["--train-share", "1.5"], ["--train-share", "between 0 and 1", "1.5"]),
         (["--response-sigma", "0"], ["--response-sigma", "positive"]),
+        (["--mfu", "1.5", "--peak-tflops", "989"], ["--mfu", "between 0 and 1", "1.5"]),
+        (["--mfu", "0.4"], ["--mfu", "--peak-tflops", "989"]),
+        (["--mfu", "0.4", "--peak-tflops", "989"], ["--mfu", "--params-b"]),
+        (["--peak-tflops", "989"], ["--peak-tflops", "give --mfu"]),
     ],
 )
 def test_bad_table_options_exit_2_naming_them(tmp_path, extra, words):
