@@ -102,7 +102,7 @@ def _trained(m: dict, responses: int | None, gpus: int, per: float) -> float:
         return responses * per
     raise InputError(
         "--mfu: the log gives no tokens trained, so the trainer's FLOPs are unknown (verl "
-        "perf/total_num_tokens, NeMo-RL train/total_num_tokens or timing/train/valid_tokens_per_sec_per_gpu, "
+        "perf/total_num_tokens, NeMo-RL train/total_num_tokens or performance/tokens_per_sec_per_gpu, "
         "or the prompt and response lengths with --responses); split the step with --train-share instead."
     )
 

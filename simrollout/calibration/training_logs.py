@@ -108,7 +108,8 @@ NAMES: dict[str, dict[str, str]] = {
         "train/mean_gen_tokens_per_sample": "response_mean",
         "train/mean_prompt_length": "prompt_mean",
         "train/total_num_tokens": "total_tokens",
-        "timing/train/valid_tokens_per_sec_per_gpu": "step_tokens_per_gpu_second",
+        # nemo_rl/algorithms/utils.py print_performance_metrics: train/total_num_tokens / step / GPUs
+        "performance/tokens_per_sec_per_gpu": "step_tokens_per_gpu_second",
     },
     "prime-rl": {
         "time/step": "step_s",

@@ -22,7 +22,8 @@ SAME = {
                    "timing_s/generate_sequences": "generate_sequences",
                    "timing_s/update_actor": "update_actor",
                    "n_gpus": "gpus"},
-    "nemo-rl": {"timing/train/total_step_time": "step", "n_gpus": "gpus"},
+    "nemo-rl": {"timing/train/total_step_time": "step", "n_gpus": "gpus",
+                "performance/tokens_per_sec_per_gpu": "tokens_per_gpu_s"},
 }  # fmt: skip
 
 

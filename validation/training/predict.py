@@ -63,11 +63,24 @@ def _one_step(engine: str) -> tuple[str, list[str]]:
                                               "training.trainer.gpus=12"]  # fmt: skip
 
 
-def _nemo(tag: str, recipe: str, pair: str, params_b: str, half: int) -> tuple[str, Table]:
-    # params_b: the model card's total parameters (--params-b sizes the model; the trainer's rate
-    # is fitted from the step, so a mixture of experts' active parameters enter no time)
+# A NeMo-RL On policy row gives its step and tokens alone: split at the trainer's FLOPs time
+# (calibrate --mfu). MFU 0.30: Megatron-Bridge's BF16 pre-training MFU for the only two of these
+# models it publishes in BF16 (docs/performance-summary.md @5776a6d9, 25.11, DGX-GB200: DeepSeek-V3
+# 782 and Qwen3-235B-A22B 728 TFLOP/s/GPU of 2,450, 32% and 30%), rounded down, for every row; the
+# peaks NeMo-RL's own (nemo_rl/utils/flops_tracker.py THEORETICAL_TFLOPS: H100 989.5, GB200 2,450);
+# two forward-only passes a step (the old policy's and the reference's log-probs:
+# grpo_math_1B.yaml's reference_policy_kl_penalty 0.01, which every GRPO recipe inherits).
+NEMO_MFU = ["--mfu", "0.30", "--forward-passes", "2"]
+PEAK = {"h100": "989.5", "gb200": "2450"}
+
+
+def _nemo(tag: str, recipe: str, pair: str, params_b: str, active_b: str, half: int) -> tuple[str, Table]:
+    # params_b: the model card's total parameters (the weights synced); active_b its parameters a
+    # token passes through (a mixture of experts' active ones: the trainer's FLOPs)
     held = [f"cluster.inference.engines={half}", f"training.trainer.gpus={half}"]
-    return pair, Table("nemo-rl", f"{tag}/{recipe}.yaml", ["--rows", f"sync-{pair}", "--params-b", params_b],
+    flops = [*NEMO_MFU, "--peak-tflops", PEAK[pair.split("-")[1]], "--active-params-b", active_b]
+    return pair, Table("nemo-rl", f"{tag}/{recipe}.yaml",
+                       ["--rows", f"sync-{pair}", "--params-b", params_b, *flops],
                        {f"async-{pair}": (f"{tag}/{recipe}-async-1off.yaml", held)})  # fmt: skip
 
 
@@ -113,15 +126,15 @@ TABLES: dict[str, list[tuple[str, Table]]] = {
     # NeMo-RL's performance page: each equal-GPU pair a profile (its On policy row, the step alone
     # split at the default trainer share); the 1-step Off recipe on half the GPUs each side
     "nemo-rl": [
-        _nemo("v0.5.0", "grpo-llama3.1-8b-instruct-2n8g", "v0.5-h100-llama-8b", "8.03", 8),
-        _nemo("v0.5.0", "grpo-qwen3-30ba3b-4n8g", "v0.5-h100-qwen3-30b-a3b", "30.5", 16),
-        _nemo("v0.5.0", "grpo-llama3.1-8b-instruct-2n4g", "v0.5-gb200-llama-8b", "8.03", 4),
-        _nemo("v0.6.0", "grpo-deepseek-v3-64n8g", "v0.6-h100-deepseek-v3", "671", 256),
-        _nemo("v0.6.0", "grpo-qwen3-235b-32n8g", "v0.6-h100-qwen3-235b", "235", 128),
-        _nemo("v0.6.0", "grpo-qwen3-30ba3b-4n8g", "v0.6-h100-qwen3-30b-a3b", "30.5", 16),
-        _nemo("v0.6.0", "grpo-deepseek-v3-64n4g", "v0.6-gb200-deepseek-v3", "671", 128),
-        _nemo("v0.6.0", "grpo-qwen3-235b-32n4g", "v0.6-gb200-qwen3-235b", "235", 64),
-        _nemo("v0.6.0", "grpo-qwen3-30ba3b-4n4g", "v0.6-gb200-qwen3-30b-a3b", "30.5", 8),
+        _nemo("v0.5.0", "grpo-llama3.1-8b-instruct-2n8g", "v0.5-h100-llama-8b", "8.03", "8.03", 8),
+        _nemo("v0.5.0", "grpo-qwen3-30ba3b-4n8g", "v0.5-h100-qwen3-30b-a3b", "30.5", "3.3", 16),
+        _nemo("v0.5.0", "grpo-llama3.1-8b-instruct-2n4g", "v0.5-gb200-llama-8b", "8.03", "8.03", 4),
+        _nemo("v0.6.0", "grpo-deepseek-v3-64n8g", "v0.6-h100-deepseek-v3", "671", "37", 256),
+        _nemo("v0.6.0", "grpo-qwen3-235b-32n8g", "v0.6-h100-qwen3-235b", "235", "22", 128),
+        _nemo("v0.6.0", "grpo-qwen3-30ba3b-4n8g", "v0.6-h100-qwen3-30b-a3b", "30.5", "3.3", 16),
+        _nemo("v0.6.0", "grpo-deepseek-v3-64n4g", "v0.6-gb200-deepseek-v3", "671", "37", 128),
+        _nemo("v0.6.0", "grpo-qwen3-235b-32n4g", "v0.6-gb200-qwen3-235b", "235", "22", 64),
+        _nemo("v0.6.0", "grpo-qwen3-30ba3b-4n4g", "v0.6-gb200-qwen3-30b-a3b", "30.5", "3.3", 8),
     ],
 }  # fmt: skip
 # the published figure per table: (published.csv column, predicted from the median step seconds)
