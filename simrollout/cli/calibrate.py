@@ -99,10 +99,10 @@ def calibrate(
         None,
         help="Training logs giving a sync step's seconds alone and its tokens: split it at the trainer's "
         "FLOPs time at this model FLOPs utilisation (e.g. a training benchmark's of the same model and "
-        "GPU) instead of --train-share; needs --peak-tflops.",
+        "GPU) instead of --train-share; needs --peak-tflops (default: none, the step split by share).",
     ),
     peak_tflops: float | None = typer.Option(
-        None, help="With --mfu: the GPU's dense BF16 peak, TFLOP/s (H100 SXM: 989)."
+        None, help="With --mfu: the GPU's dense BF16 peak, TFLOP/s (H100 SXM: 989; default: none)."
     ),
     active_params_b: float | None = typer.Option(
         None,

@@ -127,8 +127,11 @@ def test_nemo_rl_names_and_its_published_table():
     t = read_training_log(table)
     assert t.attrs["framework"] == "nemo-rl"
     runs, gpus = split_runs([t])
-    assert gpus[:3] == [16, 32, 8] and [list(r.columns) for r in runs[:1]] == [["step_s"]]
+    assert gpus[:3] == [16, 32, 8] and [list(r.columns) for r in runs[:1]] == [
+        ["step_s", "step_tokens_per_gpu_second"]
+    ]
     assert [r["step_s"].iloc[0] for r in runs[:3]] == [92.8, 198.0, 91.0]
+    assert [r["step_tokens_per_gpu_second"].iloc[0] for r in runs[:3]] == [1581.0, 1066.0, 3359.0]
 
 
 def test_nemo_rl_stage_timers_and_token_counts(tmp_path):
