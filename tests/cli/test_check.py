@@ -57,6 +57,29 @@ def test_a_missing_profile_file_fails_naming_it(tmp_path):
     assert "substrates.1.profile" in res.output
 
 
+def test_a_misspelt_file_names_the_closest_one_beside_it(tmp_path):
+    scn = _copy_scenario(tmp_path, "docker_local.yaml")
+    text = scn.read_text()
+    scn.write_text(text.replace("docker-local-refits.yaml", "docker-locl-refits.yaml"))
+    res = _invoke(scn)
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    said = " ".join(res.output.split())
+    assert "did you mean '../calibration/profiles/docker-local-refits.yaml'?" in said
+    scn.write_text(text.replace("docker-local-refits.yaml", "qqqq.yaml"))
+    res = _invoke(scn)
+    assert res.exit_code == 2 and "'../calibration/profiles/qqqq.yaml' not found" in res.output
+    assert "did you mean" not in res.output  # no name close enough
+    (tmp_path / "scenarios/traces").mkdir()
+    shutil.copy(ROOT / "scenarios/traces/tracelab_synthetic.jsonl.gz", tmp_path / "scenarios/traces")
+    replay = tmp_path / "scenarios/replay.yaml"
+    replay.write_text(
+        (ROOT / "scenarios/replay_tracelab.yaml").read_text().replace("synthetic.jsonl", "synthtic.jsonl")
+    )
+    res = _invoke(replay)
+    assert res.exit_code == 2
+    assert "did you mean 'traces/tracelab_synthetic.jsonl.gz'?" in " ".join(res.output.split())
+
+
 def test_a_broken_engine_profile_fails_naming_its_file(tmp_path):
     scn = _copy_scenario(tmp_path, "serving_tokens.yaml")
     engine = tmp_path / "calibration/engines/llama3.1-8b-h100-vllm.yaml"
