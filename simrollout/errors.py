@@ -241,6 +241,23 @@ def did_you_mean(name: object, allowed: Sequence[str]) -> str | None:
     return f"did you mean '{close[0]}'?" if close and close[0] != name else None
 
 
+def did_you_mean_file(ref: str, scenario: Path) -> str:
+    """``; did you mean 'x'?`` for a file ``ref`` not found: ``ref`` with the closest file name in the
+    folder it names (relative to the scenario file, then the current directory), or ''."""
+    if not isinstance(ref, str) or len(ref) > 255:
+        return ""
+    ref_path = Path(ref)
+    for base in (scenario.parent, Path()):
+        try:
+            names = [p.name for p in (base / ref_path.parent).iterdir() if p.is_file()]
+        except (OSError, ValueError):  # no such folder, not one, or a name no file system holds
+            continue
+        close = difflib.get_close_matches(ref_path.name, names, n=1, cutoff=0.6)
+        if close:
+            return f"; did you mean '{(ref_path.parent / close[0]).as_posix()}'?"
+    return ""
+
+
 def _models_named(title: str) -> list[type[BaseModel]]:
     """The project's pydantic models called ``title`` (a ValidationError's title names its model)."""
     from pydantic import BaseModel

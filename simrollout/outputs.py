@@ -121,7 +121,24 @@ def _parents_writable(out: Path, what: str) -> None:
                 f"{what} {out}: cannot be created, because this user cannot write in {parent}; "
                 "choose an output folder you can write."
             )
+        _try_write(parent, out, what)
         return
+
+
+def _try_write(parent: Path, out: Path, what: str) -> None:
+    """Make and remove a partial folder in ``parent``: a permission check passes where writing still
+    fails (root in /proc, a read-only or full file system)."""
+    trial = parent / f".{out.name}.partial-{os.getpid()}"
+    if trial.exists():
+        return
+    try:
+        trial.mkdir()
+    except OSError as exc:
+        raise InputError(
+            f"{what} {out}: cannot be created, because nothing can be written in {parent} "
+            f"({exc.strerror or exc}); choose an output folder you can write."
+        ) from None
+    trial.rmdir()
 
 
 def _make_parent(out: Path, what: str) -> None:

@@ -4,6 +4,7 @@ import resource
 import subprocess
 import sys
 import time
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,16 @@ def cli(*args) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "simrollout.cli", *map(str, args)], capture_output=True, text=True
     )
+
+
+def shipped_files(folder: str, pattern: str) -> set[str]:
+    """The names of the files under ``folder`` that git tracks (a user's own files beside them are
+    not shipped); outside a git checkout, every file there."""
+    got = subprocess.run(["git", "ls-files", "--", folder], cwd=ROOT, capture_output=True, text=True)
+    if got.returncode == 0 and got.stdout.strip():
+        paths = [Path(p) for p in got.stdout.splitlines()]
+        return {p.name for p in paths if p.parent == Path(folder) and fnmatch(p.name, pattern)}
+    return {p.name for p in (ROOT / folder).glob(pattern)}
 
 
 @pytest.fixture

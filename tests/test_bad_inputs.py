@@ -62,6 +62,7 @@ CASES = {
     "calibrate too few": ({"p.jsonl": json.dumps(RECORD) + "\n"}, ["calibrate", "{p.jsonl}", "-o", "{out.yaml}"],
                           ["p.jsonl", "at least 10"]),
     "probe -o a directory": ({"d/x": "x"}, ["probe", "process", "-o", "{d}"], ["is a directory"]),
+    "probe -o under a file": ({"f": "x"}, ["probe", "process", "-o", "{f/p.jsonl}"], ["f is a file, not a folder"]),
     "probe negative sandboxes": ({}, ["probe", "process", "--sandboxes", "-3", "-o", "{p.jsonl}"], ["--sandboxes"]),
     "probe zero commands": ({}, ["probe", "process", "--commands", "0", "-o", "{p.jsonl}"], ["--commands"]),
     "validate bad levels": ({"x.yaml": "a: 1"}, ["validate", "--profile", "{x.yaml}", "--concurrency", "1,x"],

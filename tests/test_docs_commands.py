@@ -1,6 +1,6 @@
 """Every ``simrollout ...`` command the README and docs/examples.md show a user (their ```bash
 blocks) parses against the command as shipped: its verb, its options and their values; every file
-it reads is in the repository; the cheap ones run."""
+it reads, there or quoted in the text, is in the repository; the cheap ones run."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from simrollout.cli import app
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "docs/examples.md")
 OUTPUTS = {"-o", "--out", "--timeline", "--record"}  # options naming what a command writes
-USERS_OWN = {"scenarios/mine.yaml", "round_trace.jsonl"}  # files the text asks the user to make
+USERS_OWN = {"scenarios/mine.yaml"}  # files the text asks the user to make
 
 
 SHELL = {"|", ">", ">>", "2>", "2>&1", "<"}  # what the shell does with a command's streams
@@ -92,6 +92,25 @@ def test_every_file_a_documented_command_reads_is_shipped():
                 missing.append(f"{where}: {path}")
         written |= {b for a, b in zip(argv, argv[1:]) if a in OUTPUTS}  # an earlier step's output
     assert not missing, missing
+
+
+def in_the_text(doc: str) -> list[list[str]]:
+    """The argv of every ``simrollout`` command quoted in the prose of ``doc`` (`...` outside code
+    blocks), in order."""
+    text = re.sub(r"```.*?```", "", (ROOT / doc).read_text(), flags=re.S)
+    return [
+        shlex.split(m.group(1).replace("\n", " "))[1:] for m in re.finditer(r"`(simrollout [^`]*)`", text)
+    ]
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_file_a_command_in_the_text_reads_is_shipped(doc):
+    written: set[str] = set()
+    missing = []
+    for argv in in_the_text(doc):
+        missing += [p for p in _inputs(argv) if not (ROOT / p).exists() and p not in written]
+        written |= {b for a, b in zip(argv, argv[1:]) if a in OUTPUTS}
+    assert len(in_the_text(doc)) >= 4 and not missing, missing
 
 
 def test_the_reader_finds_paths_and_skips_outputs():

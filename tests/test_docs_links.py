@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import shipped_files
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -106,16 +106,6 @@ def test_the_layout_parser_places_names_in_their_directory():
     ]
     got = layout_modules([ln.replace("pkg/", "simrollout/") for ln in lines])
     assert got == {f"simrollout/{m}" for m in ("sim/a.py", "sim/b.py", "sim/c.py", "sim/d.py", "top.py")}
-
-
-def shipped_files(folder: str, pattern: str) -> set[str]:
-    """The names of the files under ``folder`` that git tracks (a user's own files beside them are
-    not shipped); outside a git checkout, every file there."""
-    got = subprocess.run(["git", "ls-files", "--", folder], cwd=ROOT, capture_output=True, text=True)
-    if got.returncode == 0 and got.stdout.strip():
-        paths = [Path(p) for p in got.stdout.splitlines()]
-        return {p.name for p in paths if p.parent == Path(folder) and fnmatch(p.name, pattern)}
-    return {p.name for p in (ROOT / folder).glob(pattern)}
 
 
 def test_the_layout_names_every_shipped_scenario():

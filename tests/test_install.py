@@ -5,6 +5,7 @@ works and nothing compiled was left under site-packages (numba's cache is the us
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,15 @@ def _sh(argv: list, cwd: Path, env: dict) -> subprocess.CompletedProcess:
     got = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True)
     assert got.returncode == 0, f"{argv}: exit {got.returncode}\n{got.stdout[-2000:]}\n{got.stderr[-4000:]}"
     return got
+
+
+def test_the_readme_shows_the_commands_the_venv_test_runs():
+    """The README's first two commands are the ones below, in that order: changing them changes this."""
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert [b.strip() for b in blocks[:2]] == [
+        "pip install . && simrollout run scenarios/1m_150step.yaml",
+        "pip install -e '.[test]' && python -m pytest",
+    ]
 
 
 @pytest.mark.slow

@@ -95,6 +95,7 @@ def test_an_empty_cache_says_it_compiles(tmp_path):
     assert str(tmp_path) in out.stderr and "once per install" in out.stderr
 
 
+@pytest.mark.slow  # two interpreters importing the engine: 3.0-3.2 s of CPU
 def test_the_cells_of_one_run_say_it_once(tmp_path):
     """Cell processes of one run (children of one parent: here, this test) compile side by side;
     the first says so, the others do not repeat it."""

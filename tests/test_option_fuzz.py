@@ -15,13 +15,11 @@ from typer.testing import CliRunner
 
 from simrollout.cli import app
 from simrollout.errors import InputError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, shipped_files
 
 GROUP = typer.main.get_command(app)
 CTX = typer.Context(GROUP)
-PROFILE = (
-    ROOT / "calibration/profiles" / sorted(p.name for p in (ROOT / "calibration/profiles").glob("*.yaml"))[0]
-)
+PROFILE = ROOT / "calibration/profiles" / sorted(shipped_files("calibration/profiles", "*.yaml"))[0]
 ENGINE = ROOT / "calibration/engines/llama-cpp-tiny.yaml"
 NOWHERE = "http://127.0.0.1:9/v1"  # nothing listens: a command that gets this far accepted its options
 # per command and path: the arguments that reach the refusal, and the words that refusal says

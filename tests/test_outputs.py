@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -89,6 +90,21 @@ def test_an_output_folder_under_a_file_is_refused_in_one_paragraph(tmp_path):
     with pytest.raises(InputError, match="is a folder; expected a file"):
         with atomic_file(tmp_path):
             pass
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_output_nothing_can_be_written_in_is_refused_even_where_permissions_say_yes(tmp_path):
+    # /proc takes no new entries, though root may write there by its permission bits
+    out = Path("/proc") / f"simrollout-{os.getpid()}"
+    with pytest.raises(InputError, match=r"--out /proc/simrollout-\d+: cannot be created, because .* /proc"):
+        writable_folder(out, "--out")
+    with pytest.raises(InputError, match="cannot be created"):
+        writable_file(out / "plan.csv", "--out")
+    with pytest.raises(InputError, match="cannot be created"):
+        with atomic_folder(out):
+            pass
+    writable_folder(tmp_path / "new" / "res", "--out")  # a writable place passes, and keeps nothing
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow

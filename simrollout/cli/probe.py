@@ -9,6 +9,7 @@ import typer
 
 from ..calibration.probe import PROBE_LEVELS, REFERENCE
 from ..errors import InputError, SubstrateError
+from ..outputs import writable_file
 from .entry import Interrupted, app
 from .options import _json_option, _levels, _server, err
 
@@ -132,6 +133,7 @@ def probe(
     out = out or Path("calibration/probes") / f"{backend}-{dt.date.today():%Y%m%d}.jsonl"
     if out.is_dir():
         raise InputError(f"-o {out}: is a directory; expected a JSONL file to append probe records to.")
+    writable_file(out, "-o")
     if image and backend not in ("process", "docker") and image.endswith(":local"):
         raise InputError(
             f"--image {image}: a tag built on this machine (scripts/start-docker.sh), which the "
@@ -191,6 +193,7 @@ def _probe_openai(
     out = out or Path("calibration/probes") / f"openai-{dt.date.today():%Y%m%d}.jsonl"
     if out.is_dir():
         raise InputError(f"-o {out}: is a directory; expected a JSONL file to append probe records to.")
+    writable_file(out, "-o")
     extra = _json_option(request_extra, "--request-extra")
     if reference < 0:
         raise InputError(f"--reference: expected requests per reference block >= 0, got {reference}.")

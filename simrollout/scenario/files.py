@@ -12,7 +12,7 @@ from pydantic import (
     ValidationError,
 )
 
-from ..errors import InputError, explain, load_yaml
+from ..errors import InputError, did_you_mean_file, explain, load_yaml
 from .base import _Model, merge
 from .cluster import Engine
 from .model import Scenario
@@ -58,9 +58,10 @@ def _resolve(ref: str, scenario: Path, kind: str = "substrate", where: str = "pr
         except OSError:  # a name no file system holds (too long, a NUL byte)
             break
     shown = ref if len(ref) <= 80 else ref[:77] + "..."
+    hint = did_you_mean_file(ref, scenario)
     raise InputError(
         f"{scenario}: field '{where}': {kind} profile '{shown}' not found (looked relative to the "
-        "scenario file and to the current directory)."
+        f"scenario file and to the current directory){hint or '.'}"
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError, load_yaml
+from ..errors import InputError, did_you_mean_file, load_yaml
 from .base import merge
 
 REPLAY_KEYS = ("format", "resample", "llm", "overlap", "on_bad", "tool_map")
@@ -26,7 +26,7 @@ def _find(ref, scenario: Path, field: str, section: str = "workload") -> Path:
             return cand
     raise InputError(
         f"{scenario}: field '{section}.{field}': '{ref}' not found (looked relative to the scenario file "
-        "and to the current directory)."
+        f"and to the current directory){did_you_mean_file(ref, scenario) or '.'}"
     )
 
 

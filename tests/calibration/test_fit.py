@@ -11,7 +11,7 @@ from simrollout.calibration.probe import read_records
 from simrollout.distributions.families import fit_phase
 from simrollout.errors import InputError
 from simrollout.scenario import load_profile
-from tests.conftest import cli
+from tests.conftest import cli, shipped_files
 
 
 def records(tmp_path, phases, levels=(1,), n=200, seed=0, fail=0.0, name="r.jsonl"):
@@ -203,7 +203,9 @@ def test_from_quantiles_marks_its_provenance(tmp_path):
 
 
 def test_shipped_profiles_load_and_cite_their_source(root):
-    profiles = sorted((root / "calibration" / "profiles").glob("*.yaml"))
+    profiles = [
+        root / "calibration/profiles" / n for n in sorted(shipped_files("calibration/profiles", "*.yaml"))
+    ]
     assert len(profiles) >= 5
     for p in profiles:
         prof = load_profile(p)

@@ -8,9 +8,10 @@ from typer.testing import CliRunner
 
 from simrollout.cli import app
 from simrollout.cli.check import check_one, describe
-from tests.conftest import ROOT, cli
+from tests.conftest import ROOT, cli, shipped_files
 
-SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml"))
+# the scenarios git tracks: a user's own beside them (perhaps half written) is not checked here
+SHIPPED = [ROOT / "scenarios" / n for n in sorted(shipped_files("scenarios", "*.yaml"))]
 
 
 def _invoke(*args):
@@ -54,6 +55,29 @@ def test_a_missing_profile_file_fails_naming_it(tmp_path):
     assert "Traceback" not in res.output
     assert "'../calibration/profiles/ec2.yaml' not found" in res.output
     assert "substrates.1.profile" in res.output
+
+
+def test_a_misspelt_file_names_the_closest_one_beside_it(tmp_path):
+    scn = _copy_scenario(tmp_path, "docker_local.yaml")
+    text = scn.read_text()
+    scn.write_text(text.replace("docker-local-refits.yaml", "docker-locl-refits.yaml"))
+    res = _invoke(scn)
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    said = " ".join(res.output.split())
+    assert "did you mean '../calibration/profiles/docker-local-refits.yaml'?" in said
+    scn.write_text(text.replace("docker-local-refits.yaml", "qqqq.yaml"))
+    res = _invoke(scn)
+    assert res.exit_code == 2 and "'../calibration/profiles/qqqq.yaml' not found" in res.output
+    assert "did you mean" not in res.output  # no name close enough
+    (tmp_path / "scenarios/traces").mkdir()
+    shutil.copy(ROOT / "scenarios/traces/tracelab_synthetic.jsonl.gz", tmp_path / "scenarios/traces")
+    replay = tmp_path / "scenarios/replay.yaml"
+    replay.write_text(
+        (ROOT / "scenarios/replay_tracelab.yaml").read_text().replace("synthetic.jsonl", "synthtic.jsonl")
+    )
+    res = _invoke(replay)
+    assert res.exit_code == 2
+    assert "did you mean 'traces/tracelab_synthetic.jsonl.gz'?" in " ".join(res.output.split())
 
 
 def test_a_broken_engine_profile_fails_naming_its_file(tmp_path):

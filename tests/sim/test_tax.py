@@ -28,8 +28,13 @@ def _run(row: Row, fidelity: str):
     return scn, run_scenario(scn, jobs=1)
 
 
-@pytest.fixture(scope="module", params=[(r, f) for r in ROWS for f in ("step", "trajectory")],
-                ids=lambda p: f"{p[0].name}-{p[1]}")  # fmt: skip
+def _param(row: Row, fidelity: str):
+    """6,000 trajectories at step fidelity take 2.5-2.9 s of CPU: slow."""
+    slow = row.trajectories and fidelity == "step"
+    return pytest.param((row, fidelity), marks=pytest.mark.slow if slow else (), id=f"{row.name}-{fidelity}")
+
+
+@pytest.fixture(scope="module", params=[_param(r, f) for r in ROWS for f in ("step", "trajectory")])
 def ran(request):
     row, fidelity = request.param
     return (row, fidelity, *_run(row, fidelity))
