@@ -291,6 +291,10 @@ def training_profile(
             "made_by": "simrollout calibrate --training",
         },
     }
+    split = [round(r["train_share"], 4) for r in runs if "train_share" in r]
+    if split:  # a step logged alone: how it was split between the trainer and the rest
+        how = {"mfu": flops} if any("flops_share" in r for r in runs) else {"train_share": train_share}
+        profile["provenance"]["step_split"] = {**how, "trainer_shares": split}
     if mean is not None and top > 0:
         clip = float(np.mean([r.get("clip_ratio", 0.0) for r in runs]))
         law = response_law(mean, top, clip, max((r.get("responses") or 0) for r in runs) or None)

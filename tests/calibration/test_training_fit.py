@@ -155,6 +155,7 @@ def test_a_step_alone_is_split_by_the_train_share_and_refitted_at_the_published_
     table = pd.DataFrame({"step_s": [31.5]}, index=pd.Index([1], name="step"))
     prof = training_profile([table], [2], "disaggregated", responses=32, train_share=0.5)
     assert prof["stages"][0]["update_s"] == pytest.approx(15.75)
+    assert prof["provenance"]["step_split"] == {"train_share": 0.5, "trainer_shares": [0.5]}
     assert 32 / 2 / prof["training"]["train_time"]["tokens_per_gpu_second"] == pytest.approx(15.75, rel=1e-3)
     fits = prof["uncertainty"]["training"]
     assert len(fits) == len(SHARES)
@@ -178,6 +179,10 @@ def test_a_step_alone_with_its_tokens_is_split_at_the_trainers_flops_time():
         92.8 - 23.83, abs=0.01
     )
     assert stage["flops_share"] == pytest.approx(23.83 / 92.8, abs=1e-4)
+    assert prof["provenance"]["step_split"] == {
+        "mfu": flops,
+        "trainer_shares": [round(stage["train_share"], 4)],
+    }
     # refitted at the MFU halved to doubled: the update scales as 1 / MFU
     updates = sorted(
         2048 / 16 / f["train_time"]["tokens_per_gpu_second"] for f in prof["uncertainty"]["training"]
