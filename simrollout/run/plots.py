@@ -253,23 +253,59 @@ def save(fig: Figure, path: Path) -> Path:
 
 def plot_run(result: RunResult, out: Path) -> list[Path]:
     """tax.png, worker_hours_cost.png, cold_start_cdf.png, duration_cdf.png, concurrency.png when
-    concurrency is swept, and training_steps.png with a training loop."""
+    concurrency is swept, and training_steps.png with a training loop; drawn on two cores where
+    there are (:func:`_draw_all`)."""
     s, levels = result.summary, result.scenario.cluster.levels
     at = f"(concurrency {levels[0]:,d})" if len(levels) == 1 else "(each concurrency level)"
-    paths = [
-        save(tax_figure(s, f"Where the infrastructure time goes {at}"), out / "tax.png"),
-        save(cost_figure(s, at), out / "worker_hours_cost.png"),
-        save(cdf_figure(result, "cold_start"), out / "cold_start_cdf.png"),
-        save(cdf_figure(result, "duration"), out / "duration_cdf.png"),
+    figures = [
+        ("tax.png", lambda: save(tax_figure(s, f"Where the infrastructure time goes {at}"), out / "tax.png")),
+        ("worker_hours_cost.png", lambda: save(cost_figure(s, at), out / "worker_hours_cost.png")),
+        ("cold_start_cdf.png", lambda: save(cdf_figure(result, "cold_start"), out / "cold_start_cdf.png")),
+        ("duration_cdf.png", lambda: save(cdf_figure(result, "duration"), out / "duration_cdf.png")),
     ]
     if len(levels) > 1:
-        paths.append(save(levels_figure(s), out / "concurrency.png"))
+        figures.append(("concurrency.png", lambda: save(levels_figure(s), out / "concurrency.png")))
     if not result.steps.empty:
-        fig = steps_figure(result)
-        fig.savefig(out / "training_steps.png", dpi=110)
-        plt.close(fig)
-        paths.append(out / "training_steps.png")
-    return paths
+        figures.append(("training_steps.png", lambda: _steps_png(result, out / "training_steps.png")))
+    _draw_all([draw for _, draw in figures])
+    return [out / name for name, _ in figures]
+
+
+def _steps_png(result: RunResult, path: Path) -> Path:
+    fig = steps_figure(result)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _draw_all(draws: list) -> None:
+    """Run each figure's draw-and-save: every other one in a forked process beside this one when
+    the machine has two cores or more (matplotlib draws on one core; a run's four figures took
+    about a second in turn), the rest here; a figure the child did not write is drawn here."""
+    import os
+
+    if len(draws) < 2 or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork"):
+        for draw in draws:
+            draw()
+        return
+    theirs, mine = draws[1::2], draws[0::2]
+    pid = os.fork()
+    if pid == 0:  # the child: its figures, then out without the parent's exit handlers
+        code = 0
+        try:
+            for draw in theirs:
+                draw()
+        except BaseException:
+            code = 1
+        os._exit(code)
+    try:
+        for draw in mine:
+            draw()
+    finally:
+        _, status = os.waitpid(pid, 0)
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        for draw in theirs:
+            draw()
 
 
 def knee(concurrency, throughput, share: float = 0.9) -> int:

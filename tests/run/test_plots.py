@@ -218,3 +218,29 @@ def test_training_steps_name_each_area_by_its_phase_once():
 def test_knee_is_where_throughput_stops_growing():
     assert plots.knee([16, 32, 64, 128, 256], [10, 19, 35, 38, 38.5]) == 64
     assert plots.knee([64, 16, 32], [5, 4, 4.6], share=0.9) == 32  # unsorted input, 0.9 x 5 = 4.5
+
+
+def test_figures_drawn_beside_each_other_are_all_written_and_a_childs_failure_is_redrawn(
+    tmp_path, monkeypatch
+):
+    import os
+
+    from simrollout.run.plots import _draw_all
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    parent = os.getpid()
+
+    def draw(name: str, fail_in_child: bool = False):
+        def go():
+            if fail_in_child and os.getpid() != parent:
+                raise RuntimeError("a figure that fails in the forked process")
+            (tmp_path / name).write_text(str(os.getpid()))
+
+        return go
+
+    _draw_all([draw("a"), draw("b"), draw("c"), draw("d")])
+    writers = {n: int((tmp_path / n).read_text()) for n in "abcd"}
+    assert writers["a"] == writers["c"] == parent  # every other figure here, the rest in the child
+    assert writers["b"] == writers["d"] != parent
+    _draw_all([draw("e"), draw("f", fail_in_child=True)])
+    assert int((tmp_path / "f").read_text()) == parent  # the child failed: drawn here instead
