@@ -272,9 +272,7 @@ def training_profile(
             f"one-metric files together one run), got {len(gpus)}."
         )
     runs = [run_means(t, responses, g, train_share, flops) for t, g in zip(tables, gpus)]
-    training = fit_training(runs, gpus, placement)
-    if params_b is not None:
-        training["model"] = {"params_b": params_b}
+    training = _sized(fit_training(runs, gpus, placement), params_b)
     top = max(r.get("response_top", 0.0) for r in runs)
     logged = [r["response_mean"] for r in runs if "response_mean" in r]
     mean = float(np.mean(logged)) if len(logged) == len(runs) else None
@@ -308,9 +306,14 @@ def training_profile(
     profile["stages"] = [{q: round(v, 4) for q, v in r.items()} for r in runs]
     profile["training"] = training
     profile["uncertainty"] = _uncertainty(
-        tables, gpus, placement, responses, training, refits, seed, params_b, train_share, flops
+        tables, gpus, placement, responses, training, refits, seed, params_b, train_share, flops, bool(split)
     )
     return profile
+
+
+def _sized(fit: dict, params_b: float | None) -> dict:
+    """A ``training`` fragment with the policy's size where ``--params-b`` gave it."""
+    return {**fit, "model": {"params_b": params_b}} if params_b is not None else fit
 
 
 def _jackknife(tables, gpus, placement, responses, params_b, share, flops=None) -> list[dict]:
@@ -319,18 +322,15 @@ def _jackknife(tables, gpus, placement, responses, params_b, share, flops=None) 
     for i in range(len(tables)):
         keep = [j for j in range(len(tables)) if j != i]
         runs = [run_means(tables[j], responses, gpus[j], share, flops) for j in keep]
-        fit = fit_training(runs, [gpus[j] for j in keep], placement)
-        if params_b is not None:
-            fit["model"] = {"params_b": params_b}
-        fits.append(fit)
+        fits.append(_sized(fit_training(runs, [gpus[j] for j in keep], placement), params_b))
     return fits
 
 
 def _uncertainty(tables, gpus, placement, responses, point, refits, seed, params_b=None, share=None,
-                 flops=None) -> dict:  # fmt: skip
+                 flops=None, split=False) -> dict:  # fmt: skip
+    """The refits' band; ``split``: a run's step was logged alone and split by an assumed share."""
     one_step = all(len(t) < 2 for t in tables)
     why = None
-    split = any("train_share" in run_means(t, responses, g, share, flops) for t, g in zip(tables, gpus))
     if refits and split:  # the step split by an assumed share (or MFU): refit at each the sources give
         if flops is None:
             splits, method = [(sh, None) for sh in SHARES], SPLIT
@@ -341,7 +341,7 @@ def _uncertainty(tables, gpus, placement, responses, point, refits, seed, params
             fit = fit_training(
                 [run_means(t, responses, g, sh, fl) for t, g in zip(tables, gpus)], gpus, placement
             )
-            fits.append({**fit, "model": {"params_b": params_b}} if params_b is not None else fit)
+            fits.append(_sized(fit, params_b))
     elif refits and one_step and len(tables) >= 3:
         fits, method = _jackknife(tables, gpus, placement, responses, params_b, share, flops), JACKKNIFE
     elif not refits or one_step:
@@ -355,8 +355,7 @@ def _uncertainty(tables, gpus, placement, responses, point, refits, seed, params
 
         def one(rng: np.random.Generator) -> dict:
             means = [run_means(_blocks(t, rng), responses, g, share, flops) for t, g in zip(tables, gpus)]
-            fit = fit_training(means, gpus, placement)
-            return {**fit, "model": {"params_b": params_b}} if params_b is not None else fit
+            return _sized(fit_training(means, gpus, placement), params_b)
 
         fits, _, why = redraw(one, refits, seed)
         method = METHOD
