@@ -7,6 +7,7 @@ and each figure's note (a text with gid ``band-note``) says where there is none.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import matplotlib
@@ -257,22 +258,25 @@ def plot_run(result: RunResult, out: Path) -> list[Path]:
     there are (:func:`_draw_all`)."""
     s, levels = result.summary, result.scenario.cluster.levels
     at = f"(concurrency {levels[0]:,d})" if len(levels) == 1 else "(each concurrency level)"
-    figures = [
-        ("tax.png", lambda: save(tax_figure(s, f"Where the infrastructure time goes {at}"), out / "tax.png")),
-        ("worker_hours_cost.png", lambda: save(cost_figure(s, at), out / "worker_hours_cost.png")),
-        ("cold_start_cdf.png", lambda: save(cdf_figure(result, "cold_start"), out / "cold_start_cdf.png")),
-        ("duration_cdf.png", lambda: save(cdf_figure(result, "duration"), out / "duration_cdf.png")),
-    ]
+    figures = {  # file name -> (its figure, drawn when called; how it is written)
+        "tax.png": (lambda: tax_figure(s, f"Where the infrastructure time goes {at}"), save),
+        "worker_hours_cost.png": (lambda: cost_figure(s, at), save),
+        "cold_start_cdf.png": (lambda: cdf_figure(result, "cold_start"), save),
+        "duration_cdf.png": (lambda: cdf_figure(result, "duration"), save),
+    }
     if len(levels) > 1:
-        figures.append(("concurrency.png", lambda: save(levels_figure(s), out / "concurrency.png")))
-    if not result.steps.empty:
-        figures.append(("training_steps.png", lambda: _steps_png(result, out / "training_steps.png")))
-    _draw_all([draw for _, draw in figures])
-    return [out / name for name, _ in figures]
+        figures["concurrency.png"] = (lambda: levels_figure(s), save)
+    if not result.steps.empty:  # laid out by steps_figure itself
+        figures["training_steps.png"] = (lambda: steps_figure(result), _save_as_laid_out)
+    _draw_all([partial(_write, *how, out / name) for name, how in figures.items()])
+    return [out / name for name in figures]
 
 
-def _steps_png(result: RunResult, path: Path) -> Path:
-    fig = steps_figure(result)
+def _write(figure, saver, path: Path) -> Path:
+    return saver(figure(), path)
+
+
+def _save_as_laid_out(fig: Figure, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
