@@ -19,12 +19,13 @@ from functools import partial
 
 import numpy as np
 
-from ..distributions import Capped, Component, Constant, Mixture, Scaled
+from ..distributions import Capped, Component, Mixture, Scaled
 from ..distributions.nfold import nfold
 from ..rng import stream
 from ..scenario import Scenario, Substrate, Tool
 from . import reserved
 from .route import resolved_engine, resolved_fidelity
+from .token_draws import _counts, _tokens, constant_count, drawn_turn_sums, unloaded_turns
 
 CHUNK = 32_768
 LEAD = 8  # chunks a workload drawn in the background runs ahead of its reader
@@ -178,12 +179,6 @@ def scaled_to(values: np.ndarray, counts: np.ndarray, sums: np.ndarray) -> np.nd
     return values * np.repeat(np.divide(sums, have, out=np.ones_like(have), where=have > 0), counts)
 
 
-def _counts(d, rng, n, lo: int) -> np.ndarray:
-    if isinstance(d, Constant):  # draws nothing: the same numbers without 3 passes over n
-        return np.full(n, max(int(np.rint(d.value)), lo), dtype=np.int64)
-    return np.maximum(np.rint(d.sample(rng, n)).astype(np.int64), lo)
-
-
 def _sum_by(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Sum consecutive runs of ``values`` of the given lengths (lengths may be zero), in float64."""
     if not values.size:
@@ -236,7 +231,7 @@ def _draw_chunk(
     wl = scn.workload
     m = min(CHUNK, scn.trajectories - c * CHUNK)
     rng = stream(scn.seed, rep, "workload", c)
-    tok = None
+    tok = per_step = None  # per_step: each step's calls, a constant nothing reads step by step
     if wl.replay is not None:
         part = _replayed(scn, rep, c, m, rng)
         steps, step_llm, step_calls = part["steps"], part["step_llm"], part["step_calls"]
@@ -259,18 +254,26 @@ def _draw_chunk(
             if detail:
                 tok = _tokens(wl.tokens, trng, m, n_steps)
                 step_llm = unloaded_turns(tok, steps, engine, wl.tokens.max_context)
-            else:  # the same turns, their counts rounded where their seconds are computed
-                step_llm = _drawn_turns(wl.tokens, trng, steps, n_steps, engine)
-        step_calls = _counts(wl.calls_per_step, rng, step_llm.size, 0)
+            else:  # the same turns summed where their counts are rounded and their seconds computed
+                step_llm = None
+                llm, turns = drawn_turn_sums(wl.tokens, trng, steps, n_steps, engine)
+        per_step = None if detail else constant_count(wl.calls_per_step, 0)
+        if per_step is not None:  # draws nothing: each trajectory's calls without a step's
+            step_calls, calls = None, steps * per_step
+        else:
+            step_calls = _counts(wl.calls_per_step, rng, n_steps, 0)
         summed = summed and not detail
-        call_tool = None if summed else _calls(scn, rng, int(step_calls.sum()), speed)
+        n_calls = int((calls if step_calls is None else step_calls).sum())
+        call_tool = None if summed else _calls(scn, rng, n_calls, speed)
         setup = wl.setup.sample(rng, m) if wl.setup else np.zeros(m)
         reward = wl.reward.sample(rng, m) if wl.reward else np.zeros(m)
     if wl.replay is not None:
         summed = False
         call_tool = _as_run(scn, call_tool, which, speed)
-    calls = _sum_by(step_calls, steps).astype(np.int64)
-    llm = _sum_by(step_llm, steps)
+    if step_calls is not None:
+        calls = _sum_by(step_calls, steps).astype(np.int64)
+    if step_llm is not None:
+        llm = _sum_by(step_llm, steps)
     if summed:
         tool = nfold(call_law(scn, speed)).sample(stream(scn.seed, rep, "tools", c), calls)
     else:
@@ -297,50 +300,17 @@ def _draw_chunk(
             own = np.split(scaled_to(each, calls[near], tool[near]), np.cumsum(calls[near])[:-1])
         else:
             own = [call_tool[co[k] : co[k + 1]].copy() for k in near.tolist()]
-        for k, mine in zip(near.tolist(), own):
-            out["kept"][c * CHUNK + k] = (step_llm[so[k] : so[k + 1]].copy(),  # copies: the chunk is freed
-                                          step_calls[so[k] : so[k + 1]].copy(), mine)  # fmt: skip
+        if step_llm is None:  # a token workload's turns, computed again for these few
+            llms = turns(near)
+        else:
+            llms = [step_llm[so[k] : so[k + 1]].copy() for k in near.tolist()]  # copies: the chunk is freed
+        for k, mine, own_llm in zip(near.tolist(), own, llms):
+            if per_step is None:
+                own_calls = step_calls[so[k] : so[k + 1]].copy()
+            else:
+                own_calls = np.full(steps[k], per_step, dtype=np.int64)
+            out["kept"][c * CHUNK + k] = (own_llm, own_calls, mine)
     return out
-
-
-def _tokens(tok, rng: np.random.Generator, m: int, n_steps: int) -> dict[str, np.ndarray]:
-    """Token counts: the prompt per trajectory, appended and output tokens per step (the output
-    capped at ``max_tokens``)."""
-    prompt, append = _counts(tok.prompt, rng, m, 0), _counts(tok.appended, rng, n_steps, 0)
-    out = _counts(tok.output, rng, n_steps, 1)  # drawn in this order: same seed, same numbers
-    return {
-        "prompt": prompt,
-        "step_append": append,
-        "step_output": np.minimum(out, tok.max_tokens) if tok.max_tokens else out,
-    }
-
-
-def _drawn(d, rng: np.random.Generator, n: int) -> np.ndarray:
-    """``n`` draws of a count as drawn, before ``_counts`` rounds them (a constant: its one value)."""
-    x = np.array([d.value]) if isinstance(d, Constant) else np.asarray(d.sample(rng, n))
-    return x if np.issubdtype(x.dtype, np.floating) else x.astype(np.float64)
-
-
-def _drawn_turns(tok, rng: np.random.Generator, steps: np.ndarray, n_steps: int, engine) -> np.ndarray:
-    """:func:`unloaded_turns` of :func:`_tokens`' counts (the same draws, in its order), in one
-    compiled pass that rounds them as it goes."""
-    from .turn_seconds import turn_seconds_drawn
-
-    prompt = _counts(tok.prompt, rng, len(steps), 0)
-    append, output = _drawn(tok.appended, rng, n_steps), _drawn(tok.output, rng, n_steps)
-    return turn_seconds_drawn(steps, prompt, append, output, n_steps, tok.max_tokens, engine, tok.max_context)
-
-
-def unloaded_turns(
-    tok: dict[str, np.ndarray], steps: np.ndarray, engine, max_context: int | None
-) -> np.ndarray:
-    """Seconds of every turn alone on an engine with its prefix cached: the per-request
-    overhead, the prefill of what was appended (of the whole context on the first turn and after
-    a compaction) in chunks of ``max_batch_tokens``, and the decodes at the growing context. The
-    context evolves as in the step engine (``Cell._turn``); compiled in :mod:`.turn_seconds`."""
-    from .turn_seconds import turn_seconds
-
-    return turn_seconds(steps, tok["prompt"], tok["step_append"], tok["step_output"], engine, max_context)
 
 
 def work_bytes(scn: Scenario) -> float:

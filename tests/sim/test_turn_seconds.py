@@ -87,3 +87,24 @@ def test_turns_of_counts_as_drawn_round_them_as_the_workload_does(dtype, max_tok
     assert np.array_equal(got, want)
     const = turn_seconds_drawn(steps, prompt, np.array([600.0]), output, n, max_tokens, engine, 9_000)
     assert np.array_equal(const, turn_seconds(steps, prompt, np.full(n, 600), out, engine, 9_000))
+
+
+def test_turn_sums_are_the_turns_summed_by_run_to_the_bit():
+    """Each trajectory's sum from the fused pass is ``_sum_by`` of its turns (numpy's pairwise
+    order, blocks of 8 and halves above 128; 0 for no turn), bit for bit, the turns never stored."""
+    from simrollout.sim.turn_seconds import turn_seconds_drawn, turn_sums_drawn
+    from simrollout.sim.workload_draws import _sum_by
+
+    engine = Engine(iteration=ITERATIONS["attention"], kv_capacity_tokens=400_000, max_batch_tokens=2048,
+                    overhead=0.004)  # fmt: skip
+    rng = np.random.default_rng(8)
+    steps = np.concatenate([rng.integers(0, 300, 400), [0, 1, 2, 7, 8, 9, 128, 129, 130, 137, 1000, 0]])
+    n = int(steps.sum())
+    prompt = rng.integers(0, 9_000, steps.size)
+    append = rng.lognormal(6.8, 2.0, n).astype(np.float32)
+    output = rng.lognormal(5.4, 1.3, n).astype(np.float32)
+    for a in (append, np.array([600.0])):
+        want = _sum_by(turn_seconds_drawn(steps, prompt, a, output, n, 4000, engine, 65_536), steps)
+        got = turn_sums_drawn(steps, prompt, a, output, n, 4000, engine, 65_536)
+        assert got.tobytes() == want.tobytes() and (got[steps == 0] == 0).all()
+        assert (got[steps > 0] > 0).all()

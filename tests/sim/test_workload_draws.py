@@ -120,3 +120,36 @@ def test_a_lognormal_drawn_in_place_is_the_former_expression_to_the_bit():
         want = d.loc + np.exp(mu + sigma * np.random.default_rng(1).standard_normal(10_000, dtype=np.float32))
         got = d.sample(np.random.default_rng(1), 10_000)
         assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_fused_turn_sums_and_constant_calls_are_the_per_turn_paths_to_the_bit():
+    """Without detail a token workload's turns are summed in their compiled pass (never stored)
+    and a constant ``calls_per_step`` gives each trajectory's calls as steps times it: the sums,
+    calls and the kept bodies' turns and calls of the chunk drawn with per-step detail (runs of
+    1 to 260 turns: numpy's pairwise sums in blocks and halves). A drawn trajectory has at least
+    one step (zero-step runs: tests/sim/test_turn_seconds.py)."""
+    from simrollout.scenario import scenario_from_dict
+    from simrollout.sim.workload_draws import _draw_chunk
+    from tests.conftest import ROOT
+
+    engine = str(ROOT / "calibration/engines/llama3.1-8b-h100-vllm.yaml")
+    scn = scenario_from_dict({
+        "version": 1, "seed": 11,
+        "workload": {"trajectories": 3000, "max_turns": 260, "calls_per_step": 2,
+                     "steps": {"kind": "discrete", "values": [1, 7, 40, 300], "weights": [0.2, 0.2, 0.3, 0.3]},
+                     "tokens": {"prompt": 8000, "appended": {"kind": "lognormal", "median": 875, "p99": 92000},
+                                "output": {"kind": "lognormal", "median": 214, "p99": 4800},
+                                "max_context": 65536, "max_tokens": 2000},
+                     "tools": {"read": {"weight": 1.0, "latency": 0.05}}},
+        "substrates": [{"name": "local", "cold_start": 0.2, "exec_overhead": 0.05, "teardown": 0.1}],
+        "cluster": {"concurrency": 64, "inference": {"engines": 8, "profile": engine}},
+        "policy": {"mode": "async", "timeout": 400}})  # fmt: skip
+    fast, full = _draw_chunk(scn, 0, False, 0, summed=True), _draw_chunk(scn, 0, True, 0)
+    assert fast["llm"].tobytes() == full["llm"].tobytes() and (np.diff(fast["llm"]) != 0).any()
+    assert fast["calls"].dtype == full["calls"].dtype and np.array_equal(fast["calls"], 2 * full["steps"])
+    assert np.array_equal(fast["calls"], full["calls"]) and "step_calls" not in fast
+    off = np.concatenate([[0], np.cumsum(full["steps"])])
+    assert 50 < len(fast["kept"]) < 3000
+    for i, (step_llm, step_calls, _) in fast["kept"].items():
+        assert step_llm.tobytes() == full["step_llm"][off[i] : off[i + 1]].tobytes()
+        assert step_calls.tobytes() == full["step_calls"][off[i] : off[i + 1]].tobytes()
