@@ -123,6 +123,7 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
     q = ctx.Queue()
     _SHARED.update(scenarios=scenarios, queue=q)
     _prepare(scenarios, tasks, jobs)
+    _compiled_before_fork(scenarios, tasks, jobs)
     stages.enter("cells", total)
     done = 0
     pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_ignore_interrupts)
@@ -186,6 +187,8 @@ def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) 
     pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts)
     try:
         running = [pool.submit(pilot_for, scenarios[i], key) for i, key in pilots.values()]
+        if not stream:  # the pool's processes forked (all at the first task): compile beside them
+            _COMPILING.extend(_compile_in_thread(scenarios, tasks, jobs))
         _draw_all(scenarios, tasks, jobs, pool, background=stream)
         for k, f in enumerate(running):
             remember(f.result())
@@ -197,6 +200,39 @@ def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) 
     except BaseException:
         _stop(pool)
         raise
+
+
+_COMPILING: list = []  # the thread compiling the compiled loop while the pilots run
+
+
+def _compile_in_thread(scenarios, tasks, jobs: int) -> list:
+    """A thread compiling the compiled engine's loop in this process (or loading it from numba's
+    cache), when cell processes will use it: they are forked after it ends and inherit it, where
+    each would otherwise compile the same loop (about 40 s of CPU each on a fresh install)."""
+    import threading
+
+    if jobs == 1 or not any(resolved_engine(scenarios[i]).compiled for i, _ in tasks):
+        return []
+    from ..sim.compiled import compile_loop
+
+    def compile_quietly() -> None:
+        try:
+            compile_loop()
+        except Exception:  # noqa: BLE001 (a cell compiling it then raises the error where it runs)
+            pass
+
+    thread = threading.Thread(target=compile_quietly, name="compile-loop", daemon=True)
+    thread.start()
+    return [thread]
+
+
+def _compiled_before_fork(scenarios, tasks, jobs: int) -> None:
+    """The loop compiled before the cell processes fork: the thread started beside the pilots
+    joined, or (without pilots) compiled here."""
+    threads = _COMPILING[:] or _compile_in_thread(scenarios, tasks, jobs)
+    _COMPILING.clear()
+    for thread in threads:
+        thread.join()
 
 
 def _forget_unfinished() -> None:

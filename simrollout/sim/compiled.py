@@ -326,6 +326,38 @@ class CompiledRun:
             cell.progress(int(gi[L.J_DONE] - gi[L.J_TOLD]))
 
 
+# the state's slots by type (F: float64, I: int64; 1, 2 dimensions; T: a tuple of three F1)
+_KINDS = (
+    "F2 I2 F1 I1 F1 I1 I1 I1 F1 F2 I1 F2 F1 F2 F1 F2 F1 I1 I1 F2 F2 F1 F1 T T F1 F1 F1 I1 F1 F1 F1 "
+    "I1 I1 I1 I1 I2 F2 I2 I1 F2 F1 F1 I2"
+)
+
+
+def example_state() -> tuple:
+    """A state of the loop's types (``CompiledRun.S``), its arrays of one element: the signature
+    the loop compiles for, without a cell."""
+    one = {"F1": np.zeros(1), "I1": np.zeros(1, dtype=np.int64), "F2": np.zeros((1, 1))}
+    one["I2"], one["T"] = np.zeros((1, 1), dtype=np.int64), (one["F1"],) * 3
+    return tuple(one[k] for k in _KINDS.split())
+
+
+def compile_loop(S=None) -> float:
+    """Compile the loop for the state ``S``'s types (default: :func:`example_state`'s), or load
+    it from numba's cache (``cache=True``), once in this process: the seconds it took, 0 once
+    done. A run's parent compiles it while its pilots run (:mod:`simrollout.run.executors`), and
+    the cell processes it forks inherit it: compiled once, not once in each."""
+    if COMPILE["seconds"] is not None:
+        return COMPILE.pop("inherited", 0.0)  # the parent's, told by the first cell that runs
+    t0 = time.perf_counter()
+    _say_if_compiling()
+    sig = numba.typeof(tuple(S) if S is not None else example_state())
+    L.run.compile((sig,))
+    L.schedule.compile((sig, numba.float64, numba.int64, numba.int64))
+    L.batch.compile((sig, numba.int64))
+    COMPILE["seconds"] = COMPILE["inherited"] = time.perf_counter() - t0
+    return COMPILE.pop("inherited") if S is not None else COMPILE["seconds"]
+
+
 def _no_loop() -> list[np.ndarray]:
     """The training loop's arrays of a cell without one (:meth:`CompiledTraining.arrays`)."""
     i1, i4 = np.zeros(1, dtype=np.int64), np.zeros((1, 4), dtype=np.int64)
@@ -342,25 +374,7 @@ def run_compiled(cell) -> Records | None:
 
         training = CompiledTraining(cell)
     run = CompiledRun(cell, training)
-    cell.compile_seconds = 0.0
-    if COMPILE["seconds"] is None:  # compiles, or loads numba's cache (cache=True)
-        t0 = time.perf_counter()
-        _say_if_compiling()
-        sig = (numba.typeof(tuple(run.S)),)
-        for f in (L.run, L.schedule, L.batch):
-            f.compile(
-                (
-                    sig[0],
-                    *(
-                        [numba.float64, numba.int64, numba.int64]
-                        if f is L.schedule
-                        else [numba.int64]
-                        if f is L.batch
-                        else []
-                    ),
-                )
-            )
-        COMPILE["seconds"] = cell.compile_seconds = time.perf_counter() - t0
+    cell.compile_seconds = compile_loop(run.S)
     run.start()
     run.loop()
     run.finish()

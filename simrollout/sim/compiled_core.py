@@ -4,26 +4,25 @@ batches. Named state: :mod:`.compiled_state`."""
 
 from __future__ import annotations
 
-from numba import njit
-
 from .compiled_heap import heapify, pop, push
+from .compiled_jit import compiled
 from .compiled_ops import factor
 from .compiled_state import *  # the state's names
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def schedule(S, t, w, k):
     if S[S_GI][J_HSIZE] >= S[S_HT].size:  # full of cut segments' old ends (the training loop's): drop them
         compact(S)
     push(S[S_HT], S[S_HS], S[S_HW], S[S_HK], S[S_GI], t, w, k)
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def next_event(S):
     return pop(S[S_HT], S[S_HS], S[S_HW], S[S_HK], S[S_GI])
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def load(S, d, phase):
     """Operations in flight in domain ``d`` (with the running bodies' expected execs), as
     ``phase`` sees them (-1: each counts one)."""
@@ -37,7 +36,7 @@ def load(S, d, phase):
     )
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def multipliers(S, d):
     """Generation and exec-overhead multipliers of a body in domain ``d``."""
     curve, FP, TAB, TSZ, GI = S[S_CURVE], S[S_FP], S[S_TAB], S[S_TSZ], S[S_GI]
@@ -47,7 +46,7 @@ def multipliers(S, d):
     return x_l, factor(FP[PH_EXEC], TAB, TSZ[PH_EXEC], 1.0 + load(S, d, PH_EXEC))
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def release(S, host, now):
     GI, P, sand, qq = S[S_GI], S[S_P], S[S_SAND], S[S_QQ]
     sand[host] -= 1
@@ -62,14 +61,14 @@ def release(S, host, now):
             GI[J_AVAIL] += 1
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def request(S, w, code, kind):
     S[S_GI][J_REQ] = code
     S[S_GI][J_REQW] = w
     S[S_WI][w, I_RESUME] = kind
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def batch(S, kind):
     """Sync batches: the next batch once every worker of the last one is done."""
     G, GI, P, ARR = S[S_G], S[S_GI], S[S_P], S[S_ARR]
@@ -90,7 +89,7 @@ def batch(S, kind):
         schedule(S, now, w, K_NEXT)
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def compact(S):
     """Drop the heap's entries of segment ends that were cut since (the order of the rest, by
     time and sequence, is unchanged)."""

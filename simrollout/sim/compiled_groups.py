@@ -8,11 +8,12 @@ from __future__ import annotations
 from numba import njit
 
 from .compiled_core import schedule
+from .compiled_jit import compiled
 from .compiled_ops import cut, first_call
 from .compiled_state import *  # the state's names
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def detail_ready(S, w, i):
     """The training loop's bodies read their steps from their chunk's detail, loaded whole into
     the pools (S[S_TD]: each trajectory's steps and calls there, -1 when not loaded): True when
@@ -25,7 +26,7 @@ def detail_ready(S, w, i):
     return True
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def dequeue(S, w):
     """The next queued trajectory that was not cancelled (it starts under the current version),
     or -1: the worker waits idle for the next group."""
@@ -52,7 +53,7 @@ def cancelled(WF, WI, steps):
     WF[F_RG], WF[F_RT], WF[F_RO] = WF[F_G], WF[F_TIME], WF[F_O]
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def park(S, w):
     """A body at a step's start waits for the gate to open."""
     LI = S[S_LI]
@@ -60,7 +61,7 @@ def park(S, w):
     LI[L_NGATE] += 1
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def top_up(S):
     """Start groups while the staleness bound and the rollout slots allow (async: AReaL's rule),
     or the ``L_START`` groups the step being collected still needs (sync, one_step_off), their
@@ -90,7 +91,7 @@ def top_up(S):
         schedule(S, now, S[S_IDLE][LI[L_NIDLE]], K_NEXT)
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def notify(S, w):
     """Wake the trainer (R_NOTIFY) when the groups it waits for are ready or none can come;
     worker ``w`` (-1: none) goes on after it. True when it asked."""
@@ -108,7 +109,7 @@ def notify(S, w):
     return False
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def finished(S, w, i, status, worker, sandbox, llm):
     """Trajectory ``i`` ended: its group's cost and count (ready once every member is done; a
     failed or timed-out member masked), then the top-up. True when the trainer is woken."""
@@ -141,7 +142,7 @@ def finished(S, w, i, status, worker, sandbox, llm):
     return notify(S, w)
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def cut_segment(S, w, cancel):
     """A barrier or a cancel: worker ``w``'s segment ends with the step it is in (the gate and
     the cancel are read at the next step's start), or, cancelled, at the step's next check:
@@ -175,7 +176,7 @@ def cut_segment(S, w, cancel):
             return
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def reschedule(S, w, e, du, g, o):
     """Worker ``w``'s segment now ends ``e`` seconds in, after ``du`` steps (a half: stopped within
     the last), ``g`` generating and ``o`` in exec overhead; its old end is skipped."""
@@ -188,7 +189,7 @@ def reschedule(S, w, e, du, g, o):
     schedule(S, WF[F_SEGT0] + e, w, K_SEG_END + EPOCH * WI[I_EPOCH])
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def pause(S, w):
     """An interrupt (at_sync: interrupt): worker ``w``'s body, if generating, stops its turn and
     waits for the gate to open (the steps before it done); the rest of its step, a segment of
@@ -228,7 +229,7 @@ def pause(S, w):
             return
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def resume_paused(S):
     """The gate opens: paused bodies resume their step under the new weights (at the deadline, if
     it came first, they time out); a body cancelled while it waited stops at its step's next check."""
@@ -258,7 +259,7 @@ def resume_paused(S):
     S[S_LI][L_PAUSED] = 0
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def apply_requests(S):
     """What the training loop asked for at the current time: segments cut (cancels, a barrier),
     the gate opened, the trainer's timer, a top-up; then whether the trainer is to wake."""

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from numba import njit
 
+from .compiled_jit import compiled
+
 J_SEQ, J_HSIZE = 1, 2  # in the loop's integer globals (compiled_loop.J_*)
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def push(ht, hs, hw, hk, GI, t, w, k):
     """Schedule worker ``w``'s state ``k`` at ``t`` (ties in the order scheduled)."""
     n = GI[J_HSIZE]
@@ -40,7 +42,7 @@ def _sift_down(ht, hs, hw, hk, i, n, lt, ls, lw, lk):
     ht[i], hs[i], hw[i], hk[i] = lt, ls, lw, lk
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def pop(ht, hs, hw, hk, GI):
     """The earliest event: ``(time, worker, state)``."""
     t, w, k = ht[0], hw[0], hk[0]
@@ -50,7 +52,7 @@ def pop(ht, hs, hw, hk, GI):
     return t, w, k
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def heapify(ht, hs, hw, hk, n):
     """Order the first ``n`` entries as a heap again (after entries were dropped)."""
     for top in range(n // 2 - 1, -1, -1):

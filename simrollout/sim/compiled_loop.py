@@ -25,6 +25,7 @@ from . import compiled_body as B
 from . import compiled_lifecycle as LC
 from .compiled_core import batch, next_event, schedule  # noqa: F401 (batch, schedule: for .compiled)
 from .compiled_groups import apply_requests
+from .compiled_jit import compiled
 from .compiled_state import *  # the state's names, re-exported
 
 
@@ -80,7 +81,7 @@ def _advance(S, w, kind):  # noqa: C901 (one branch a state)
             kind = STOP
 
 
-@njit(cache=True, _nrt=False, nogil=True)
+@compiled(nogil=True)
 def run(S):
     """Process events until Python is needed: a request code (R_DONE when the run is over).
     ``_advance`` and its handlers are inlined here.

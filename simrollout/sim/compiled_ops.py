@@ -6,10 +6,10 @@ and :class:`simrollout.sim.substrate_draws.ChunkDetail`."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from ..distributions.contention import Curve
 from . import substrate_draws
+from .compiled_jit import compiled
 
 TABLE = 8  # parameters per curve: kind, slope or c, b, p, hi, y_hi, scale, table offset
 
@@ -42,7 +42,7 @@ def rate_params(spec) -> tuple[np.ndarray, np.ndarray]:
     return np.array(xs), np.array(ys)
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def factor(par, tab, size, n):
     """The multiplier of a phase at ``n`` operations in flight."""
     if par[0] == 0.0:
@@ -61,7 +61,7 @@ def factor(par, tab, size, n):
     return tab[off + size - 1]
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def fail_rate(xs, ys, n):
     """``np.interp(n, xs, ys)`` without an allocation (one point: a constant)."""
     last = xs.size - 1
@@ -78,10 +78,10 @@ def fail_rate(xs, ys, n):
 
 
 # the first failing call, compiled from the one definition the Python engines use
-first_failure = njit(cache=True, _nrt=False)(substrate_draws.first_failure)
+first_failure = compiled(substrate_draws.first_failure)
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def first_call(snc, s0, s):
     """Calls before step ``s`` of a detail starting at ``s0``."""
     c = 0
@@ -90,7 +90,7 @@ def first_call(snc, s0, s):
     return c
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def sums(sg, snc, co, ct, s0, c0, a, b, luck):
     """Generation (x luck), exec overhead and tool time of steps ``a <= s < b``."""
     g = 0.0
@@ -105,7 +105,7 @@ def sums(sg, snc, co, ct, s0, c0, a, b, luck):
     return g * luck, o, t
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def lost_at(sg, snc, co, ct, s0, ns, c0, call, luck):
     """Where losing the sandbox at ``call`` (1-based) stops: whole steps, and the partial step's
     generation, overhead and tool time."""
@@ -123,7 +123,7 @@ def lost_at(sg, snc, co, ct, s0, ns, c0, call, luck):
     return s, g * luck, o, t
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def cut(sg, snc, co, ct, s0, c0, a, b, x_l, x_e, x_t, left, skip):
     """Steps ``a <= s < b`` at these multipliers (``x_t``: the tools') stopped after ``left``
     seconds: steps completed, generation and exec overhead spent (ChunkDetail.cut)."""

@@ -11,12 +11,13 @@ the same pass, so a chunk's counts are never stored where nothing reads them."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .compiled_jit import compiled
 
 _I64 = np.iinfo(np.int64).max
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def _turn(prev, prompt, a, o, max_context, kv_capacity, q, below, exact_cached):
     """One turn: ``(its seconds, the context after it)`` (``prev``: after the previous turn, 0
     before the first)."""
@@ -40,7 +41,7 @@ def _turn(prev, prompt, a, o, max_context, kv_capacity, q, below, exact_cached):
     return overhead + chunks * base + pre + d * (base + pdec + pctx * c) + pctx * d * (d + 1) / 2, c + o
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def _turns(steps, off, prompt, append, output, max_context, kv_capacity, q, below, out):
     exact_cached = not np.isnan(q[4])
     for j in range(steps.size):
@@ -51,13 +52,13 @@ def _turns(steps, off, prompt, append, output, max_context, kv_capacity, q, belo
                                   below, exact_cached)  # fmt: skip
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def _count(x, lo):
     """A drawn count as the workload rounds it: to the nearest integer (ties to even), at least ``lo``."""
     return max(np.int64(np.rint(x)), lo)
 
 
-@njit(cache=True, _nrt=False)
+@compiled
 def _turns_drawn(steps, off, prompt, append, a_all, output, o_all, o_cap, max_context, kv_capacity, q,
                  below, out):  # fmt: skip
     exact_cached = not np.isnan(q[4])

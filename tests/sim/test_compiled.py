@@ -147,3 +147,22 @@ def test_chunks_folded_while_the_loop_runs_give_the_numbers_of_folding_at_its_en
     at_end = _run(d, "compiled").cells
     cols = [c for c in streamed.columns if not c.startswith("_")]
     assert streamed[cols].to_csv() == at_end[cols].to_csv()
+
+
+def test_the_loop_compiled_before_the_cells_fork_has_every_cells_types(monkeypatch):
+    """A run's parent compiles the loop for ``example_state``'s types, which the cell processes it
+    forks inherit: a plain cell's state and a training loop's have those types (else each cell
+    process would compile the loop again)."""
+    import numba
+
+    from simrollout.sim import compiled
+    from tests.sim.test_compiled_training import _row
+
+    seen = []
+    real = compiled.compile_loop
+    monkeypatch.setattr(
+        compiled, "compile_loop", lambda S=None: seen.append(numba.typeof(tuple(S))) or real(S)
+    )
+    _run(build(Row("async", "host", "failures"), 300, 5, 32), "compiled")
+    _run(_row(steps=3), "compiled")
+    assert len(seen) == 2 and set(seen) == {numba.typeof(compiled.example_state())}
