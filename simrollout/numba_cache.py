@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
+COMPILED = {"seconds": 0.0}  # the compile a run's pool made for its cells (simrollout.run.executors)
 COMPILED_IN = ("sim", "distributions")  # the sub-packages whose modules numba compiles
 
 
@@ -45,3 +46,9 @@ def use_user_cache_dir() -> str:
     if "numba" in sys.modules:  # imported before simrollout: its config was read already
         sys.modules["numba"].config.CACHE_DIR = folder
     return folder
+
+
+def loop_cached() -> bool:
+    """Whether numba's cache holds the compiled engine's loop (without importing numba)."""
+    folder = os.environ.get("NUMBA_CACHE_DIR")
+    return folder is not None and any(Path(folder).glob("sim_*/compiled_loop.run-*.nbi"))

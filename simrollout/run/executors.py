@@ -10,6 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from .. import numba_cache
 from ..errors import InputError
 from ..scenario import Scenario
 from ..sim.route import resolved_engine
@@ -123,7 +124,6 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
     q = ctx.Queue()
     _SHARED.update(scenarios=scenarios, queue=q)
     _prepare(scenarios, tasks, jobs)
-    _compiled_before_fork(scenarios, tasks, jobs)
     stages.enter("cells", total)
     done = 0
     pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_ignore_interrupts)
@@ -186,13 +186,14 @@ def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) 
         stages.enter("draws")
     pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts)
     try:
+        compiling = None if stream else _compile_first(pool, scenarios, tasks)
         running = [pool.submit(pilot_for, scenarios[i], key) for i, key in pilots.values()]
-        if not stream:  # the pool's processes forked (all at the first task): compile beside them
-            _COMPILING.extend(_compile_in_thread(scenarios, tasks, jobs))
         _draw_all(scenarios, tasks, jobs, pool, background=stream)
         for k, f in enumerate(running):
             remember(f.result())
             stages.done(k + 1)
+        if compiling is not None and compiling.exception() is None:  # (else the cells compile it and say why)
+            numba_cache.COMPILED["seconds"] = compiling.result()
         if stream:
             return pool
         pool.shutdown()
@@ -202,37 +203,21 @@ def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) 
         raise
 
 
-_COMPILING: list = []  # the thread compiling the compiled loop while the pilots run
+def _compile_first(pool: ProcessPoolExecutor, scenarios, tasks):
+    """On a fresh install, the compiled engine's loop compiled by one of the pool's processes
+    while the other runs the pilots and draws (its future), into numba's cache, from which each
+    cell process then loads it: compiled once, where each cell process would compile the same
+    loop at once (about 40 s of CPU each). None when no cell uses it or it is cached already."""
+    compiled = [scenarios[i] for i, _ in tasks if resolved_engine(scenarios[i]).compiled]
+    if not compiled or numba_cache.loop_cached():
+        return None
+    return pool.submit(_compile_loop, any(s.training is not None for s in compiled))
 
 
-def _compile_in_thread(scenarios, tasks, jobs: int) -> list:
-    """A thread compiling the compiled engine's loop in this process (or loading it from numba's
-    cache), when cell processes will use it: they are forked after it ends and inherit it, where
-    each would otherwise compile the same loop (about 40 s of CPU each on a fresh install)."""
-    import threading
-
-    if jobs == 1 or not any(resolved_engine(scenarios[i]).compiled for i, _ in tasks):
-        return []
+def _compile_loop(training: bool) -> float:
     from ..sim.compiled import compile_loop
 
-    def compile_quietly() -> None:
-        try:
-            compile_loop()
-        except Exception:  # noqa: BLE001 (a cell compiling it then raises the error where it runs)
-            pass
-
-    thread = threading.Thread(target=compile_quietly, name="compile-loop", daemon=True)
-    thread.start()
-    return [thread]
-
-
-def _compiled_before_fork(scenarios, tasks, jobs: int) -> None:
-    """The loop compiled before the cell processes fork: the thread started beside the pilots
-    joined, or (without pilots) compiled here."""
-    threads = _COMPILING[:] or _compile_in_thread(scenarios, tasks, jobs)
-    _COMPILING.clear()
-    for thread in threads:
-        thread.join()
+    return compile_loop(training=training)
 
 
 def _forget_unfinished() -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from .. import numba_cache
 from ..rng import stream
 from ..scenario import Substrate
 from . import compiled_loop as L
@@ -34,7 +35,6 @@ from .records import Records, row_table
 from .substrate_draws import ChunkDetail
 from .workload_draws import CHUNK
 
-COMPILE = {"seconds": None}  # the first run's compile (or cache load) time in this process
 FIRST_COMPILE_CPU_S = 64  # measured: the loop's first compile, 64 s of CPU on 2 cores (docs/performance.md)
 
 
@@ -170,8 +170,9 @@ class CompiledRun:
         """Run the loop to its end, answering its requests."""
         cell, S = self.cell, self.S
         gi = S[L.S_GI]
+        run = L.run if self.training is None else L.run_training
         while True:
-            code = L.run(tuple(S))
+            code = run(tuple(S))
             if code == L.R_DONE:
                 if self.training is not None:
                     self.training.check_over()
@@ -341,21 +342,24 @@ def example_state() -> tuple:
     return tuple(one[k] for k in _KINDS.split())
 
 
-def compile_loop(S=None) -> float:
-    """Compile the loop for the state ``S``'s types (default: :func:`example_state`'s), or load
-    it from numba's cache (``cache=True``), once in this process: the seconds it took, 0 once
-    done. A run's parent compiles it while its pilots run (:mod:`simrollout.run.executors`), and
-    the cell processes it forks inherit it: compiled once, not once in each."""
-    if COMPILE["seconds"] is not None:
-        return COMPILE.pop("inherited", 0.0)  # the parent's, told by the first cell that runs
+def compile_loop(S=None, training: bool = False) -> float:
+    """Compile the loop (and ``training``: a training loop's entry) for the state ``S``'s types
+    (default: :func:`example_state`'s), or load it from numba's cache (``cache=True``), once in
+    this process: the seconds it took, 0 once done. On a fresh install a run's pool compiles it
+    while the pilots run (:mod:`simrollout.run.executors`) and each cell process loads it: compiled
+    once, not once in each cell process at the same time."""
+    i8 = numba.int64
+    entries = [(L.run, ()), (L.schedule, (numba.float64, i8, i8)), (L.batch, (i8,))]
+    todo = [(f, args) for f, args in entries + [(L.run_training, ())] * training if not f.signatures]
+    if not todo:
+        return 0.0
     t0 = time.perf_counter()
     _say_if_compiling()
     sig = numba.typeof(tuple(S) if S is not None else example_state())
-    L.run.compile((sig,))
-    L.schedule.compile((sig, numba.float64, numba.int64, numba.int64))
-    L.batch.compile((sig, numba.int64))
-    COMPILE["seconds"] = COMPILE["inherited"] = time.perf_counter() - t0
-    return COMPILE.pop("inherited") if S is not None else COMPILE["seconds"]
+    for f, args in todo:
+        f.compile((sig, *args))
+    # with the compile the run's pool made for its cells, told by the first cell it loads in
+    return time.perf_counter() - t0 + numba_cache.COMPILED.pop("seconds", 0.0)
 
 
 def _no_loop() -> list[np.ndarray]:
@@ -374,7 +378,7 @@ def run_compiled(cell) -> Records | None:
 
         training = CompiledTraining(cell)
     run = CompiledRun(cell, training)
-    cell.compile_seconds = compile_loop(run.S)
+    cell.compile_seconds = compile_loop(run.S, training is not None)
     run.start()
     run.loop()
     run.finish()

@@ -84,14 +84,11 @@ def _advance(S, w, kind):  # noqa: C901 (one branch a state)
 @compiled(nogil=True)
 def run(S):
     """Process events until Python is needed: a request code (R_DONE when the run is over).
-    ``_advance`` and its handlers are inlined here.
+    ``_advance`` and its handlers are inlined here. A cell with a training loop runs
+    :func:`run_training`, which compiles the training loop's requests only where they are used.
     Without the GIL: a thread can take the next chunks of a workload still being drawn."""
     G, GI = S[S_G], S[S_GI]
     GI[J_REQ] = 0
-    if S[S_P][P_LOOP] != 0.0:  # what the training loop asked for since it last ran
-        apply_requests(S)
-        if GI[J_REQ]:
-            return GI[J_REQ]
     while True:
         if GI[J_RESUME] >= 0:  # the worker whose request Python answered
             w = GI[J_RESUME]
@@ -116,3 +113,14 @@ def run(S):
             return GI[J_REQ]
         if GI[J_DONE] - GI[J_TOLD] >= 8192:
             return R_PROGRESS
+
+
+@compiled(nogil=True)
+def run_training(S):
+    """:func:`run` after what the training loop asked for since it last ran."""
+    GI = S[S_GI]
+    GI[J_REQ] = 0
+    apply_requests(S)
+    if GI[J_REQ]:
+        return GI[J_REQ]
+    return run(S)
