@@ -11,6 +11,7 @@ the same pass, so a chunk's counts are never stored where nothing reads them."""
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from .compiled_jit import compiled
 
