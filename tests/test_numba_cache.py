@@ -113,3 +113,16 @@ def test_a_filled_cache_says_nothing(tmp_path):
     (tmp_path / rel).parent.mkdir(parents=True)
     (tmp_path / rel).write_bytes(b"")  # the index numba writes beside a compiled function
     assert _python(SAY, NUMBA_CACHE_DIR=str(tmp_path)).stderr == ""
+
+
+def test_loop_cached_reads_numbas_index_of_the_loop(tmp_path, monkeypatch):
+    """A run's pool compiles the loop for its cells only when numba's cache has none yet."""
+    from simrollout import numba_cache
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    assert not numba_cache.loop_cached()
+    (tmp_path / "sim_0a1b").mkdir()
+    (tmp_path / "sim_0a1b" / "compiled_core.schedule-14.py311.nbi").touch()
+    assert not numba_cache.loop_cached()
+    (tmp_path / "sim_0a1b" / "compiled_loop.run-84.py311.nbi").touch()
+    assert numba_cache.loop_cached()

@@ -35,7 +35,7 @@ from .records import Records, row_table
 from .substrate_draws import ChunkDetail
 from .workload_draws import CHUNK
 
-FIRST_COMPILE_CPU_S = 64  # measured: the loop's first compile, 64 s of CPU on 2 cores (docs/performance.md)
+FIRST_COMPILE_CPU_S = 32  # measured: the loop compiled once, in one process (docs/performance.md)
 
 
 def _say_if_compiling() -> None:

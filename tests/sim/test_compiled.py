@@ -149,10 +149,10 @@ def test_chunks_folded_while_the_loop_runs_give_the_numbers_of_folding_at_its_en
     assert streamed[cols].to_csv() == at_end[cols].to_csv()
 
 
-def test_the_loop_compiled_before_the_cells_fork_has_every_cells_types(monkeypatch):
-    """A run's parent compiles the loop for ``example_state``'s types, which the cell processes it
-    forks inherit: a plain cell's state and a training loop's have those types (else each cell
-    process would compile the loop again)."""
+def test_the_loop_compiled_by_the_pool_has_every_cells_types(monkeypatch):
+    """On a fresh install a run's pool compiles the loop for ``example_state``'s types, which each
+    cell process then loads from the cache: a plain cell's state and a training loop's have those
+    types (else each cell process would compile the loop again)."""
     import numba
 
     from simrollout.sim import compiled
@@ -160,9 +160,12 @@ def test_the_loop_compiled_before_the_cells_fork_has_every_cells_types(monkeypat
 
     seen = []
     real = compiled.compile_loop
-    monkeypatch.setattr(
-        compiled, "compile_loop", lambda S=None: seen.append(numba.typeof(tuple(S))) or real(S)
-    )
+
+    def compile_loop(S=None, training=False):
+        seen.append((numba.typeof(tuple(S)), training))
+        return real(S, training)
+
+    monkeypatch.setattr(compiled, "compile_loop", compile_loop)
     _run(build(Row("async", "host", "failures"), 300, 5, 32), "compiled")
     _run(_row(steps=3), "compiled")
-    assert len(seen) == 2 and set(seen) == {numba.typeof(compiled.example_state())}
+    assert seen == [(numba.typeof(compiled.example_state()), False), (seen[0][0], True)]
