@@ -207,7 +207,7 @@ def _compile_first(pool: ProcessPoolExecutor, scenarios, tasks):
     """On a fresh install, the compiled engine's loop compiled by one of the pool's processes
     while the other runs the pilots and draws (its future), into numba's cache, from which each
     cell process then loads it: compiled once, where each cell process would compile the same
-    loop at once (about 40 s of CPU each). None when no cell uses it or it is cached already."""
+    loop at once (about 56 s of CPU each). None when no cell uses it or it is cached already."""
     compiled = [scenarios[i] for i, _ in tasks if resolved_engine(scenarios[i]).compiled]
     if not compiled or numba_cache.loop_cached():
         return None
