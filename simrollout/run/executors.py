@@ -7,7 +7,7 @@ import multiprocessing as mp
 import os
 import queue
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 from .. import numba_cache
@@ -151,7 +151,7 @@ def _run_local(scenarios, tasks, keep, progress, total, jobs, records_dir):
         _SHARED.clear()
 
 
-def _stop(pool: ProcessPoolExecutor) -> None:
+def _stop(pool: Executor) -> None:
     """End the workers now, and drop any workload they left half drawn."""
     for proc in list(getattr(pool, "_processes", {}).values()):
         proc.terminate()
@@ -165,7 +165,7 @@ def _cost(scn: Scenario, key: CellKey) -> float:
     return steps + (key.concurrency * 1000.0 if scn.workload.tokens is not None else 0.0)
 
 
-def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) -> ProcessPoolExecutor | None:
+def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) -> Executor | None:
     """Before the cells run (forked workers inherit both): draw each distinct workload once and
     run each serving pilot, in ``jobs`` processes at once — the pilots first, the workloads'
     chunks filling in around them (a pilot alone would leave a core idle). ``stream`` (one
@@ -184,7 +184,12 @@ def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) 
         stages.enter("pilots", len(pilots))
     else:
         stages.enter("draws")
-    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts)
+    if stream:  # threads: the draws' compiled and numpy passes let go of the GIL, and the cell's
+        # loop too, so one process holds the run (forked workers would each hold their own view
+        # of every page this one has)
+        pool = ThreadPoolExecutor(jobs, thread_name_prefix="draws")
+    else:
+        pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts)
     try:
         compiling = None if stream else _compile_first(pool, scenarios, tasks)
         running = [pool.submit(pilot_for, scenarios[i], key) for i, key in pilots.values()]

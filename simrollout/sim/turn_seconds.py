@@ -42,7 +42,7 @@ def _turn(prev, prompt, a, o, max_context, kv_capacity, q, below, exact_cached):
     return overhead + chunks * base + pre + d * (base + pdec + pctx * c) + pctx * d * (d + 1) / 2, c + o
 
 
-@compiled
+@compiled(nogil=True)
 def _turns(steps, off, prompt, append, output, max_context, kv_capacity, q, below, out):
     exact_cached = not np.isnan(q[4])
     for j in range(steps.size):
@@ -59,7 +59,7 @@ def _count(x, lo):
     return max(np.int64(np.rint(x)), lo)
 
 
-@compiled
+@compiled(nogil=True)
 def _turns_drawn(steps, off, prompt, append, a_all, output, o_all, o_cap, max_context, kv_capacity, q,
                  below, out):  # fmt: skip
     exact_cached = not np.isnan(q[4])
@@ -140,7 +140,7 @@ def _stacks() -> tuple[np.ndarray, np.ndarray]:
     return np.empty((200, 2), dtype=np.int64), np.empty(200)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, nogil=True)
 def _turns_drawn_summed(steps, off, prompt, append, a_all, output, o_all, o_cap, max_context, kv_capacity,
                         q, below, buf, todo, vals, sums):  # fmt: skip
     """:func:`_turns_drawn` summed per trajectory as ``np.add.reduceat`` sums its turns, each
