@@ -170,7 +170,8 @@ def _prepare(scenarios: list[Scenario], tasks, jobs: int, stream: bool = False) 
     run each serving pilot, in ``jobs`` processes at once — the pilots first, the workloads'
     chunks filling in around them (a pilot alone would leave a core idle). ``stream`` (one
     compiled cell, run in this process): return once the pilot ran, the workload's chunks still
-    being drawn by the pool returned (the loop takes them as they come; shut it down after)."""
+    being drawn by the pool returned, threads of this process (the loop takes the chunks as they
+    come; shut it down after)."""
     pilots = {}  # what determines a pilot (configurations can share one): the first cell of it
     for i, key in tasks:
         if needs_pilot(scenarios[i]):
