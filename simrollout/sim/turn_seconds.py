@@ -59,17 +59,25 @@ def _count(x, lo):
     return max(np.int64(np.rint(x)), lo)
 
 
+@compiled(inline="always")
+def _drawn_run(j, steps, off, prompt, append, a_all, output, o_all, o_cap, max_context, kv_capacity, q, below,
+               exact_cached, dest, base):  # fmt: skip
+    """Trajectory ``j``'s turns from its counts as drawn (rounded here) into ``dest[base:]``."""
+    prev = 0
+    for k in range(steps[j]):
+        at = off[j] + k
+        a = _count(append[at if a_all else 0], 0)
+        o = min(_count(output[at if o_all else 0], 1), o_cap)
+        dest[base + k], prev = _turn(prev, prompt[j], a, o, max_context, kv_capacity, q, below, exact_cached)
+
+
 @compiled(nogil=True)
 def _turns_drawn(steps, off, prompt, append, a_all, output, o_all, o_cap, max_context, kv_capacity, q,
                  below, out):  # fmt: skip
     exact_cached = not np.isnan(q[4])
     for j in range(steps.size):
-        prev = 0
-        for k in range(steps[j]):
-            at = off[j] + k
-            a = _count(append[at if a_all else 0], 0)
-            o = min(_count(output[at if o_all else 0], 1), o_cap)
-            out[at], prev = _turn(prev, prompt[j], a, o, max_context, kv_capacity, q, below, exact_cached)
+        _drawn_run(j, steps, off, prompt, append, a_all, output, o_all, o_cap, max_context, kv_capacity, q,
+                   below, exact_cached, out, off[j])  # fmt: skip
 
 
 @njit(cache=True, _nrt=False)
@@ -147,12 +155,8 @@ def _turns_drawn_summed(steps, off, prompt, append, a_all, output, o_all, o_cap,
     trajectory's turns held in ``buf`` (as long as the longest) until summed."""
     exact_cached = not np.isnan(q[4])
     for j in range(steps.size):
-        prev = 0
-        for k in range(steps[j]):
-            at = off[j] + k
-            a = _count(append[at if a_all else 0], 0)
-            o = min(_count(output[at if o_all else 0], 1), o_cap)
-            buf[k], prev = _turn(prev, prompt[j], a, o, max_context, kv_capacity, q, below, exact_cached)
+        _drawn_run(j, steps, off, prompt, append, a_all, output, o_all, o_cap, max_context, kv_capacity, q,
+                   below, exact_cached, buf, 0)  # fmt: skip
         sums[j] = _run_sum(buf, steps[j], todo, vals)
 
 
