@@ -59,7 +59,8 @@ class StepBody:
                 if i in cancelled:
                     return CANCELLED, llm, steps, over_all
                 fleet.begin(host, "exec")
-                over = overhead[call - first_call] * f_e(fleet.load(host, "exec"))
+                # a float, not the draw's float32: the clock would take its type (NumPy's scalar rules)
+                over = float(overhead[call - first_call]) * f_e(fleet.load(host, "exec"))
                 t_over = env.now
                 ok = yield from until(env, over, deadline)
                 over_all += env.now - t_over

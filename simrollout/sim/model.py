@@ -114,6 +114,7 @@ class Cell(ChunkRows, SandboxLifecycle, StepBody, TrajectoryBody, Segments, Body
         self.llm_abort: Callable[[], simpy.Event] | None = None
         self.on_resume: Callable[[int], None] | None = None
         self.steady: Steady | None = None  # the steady state as one wait per trajectory
+        self.cosim = None  # a pilot's bodies and engines run compiled (.pilot_compiled)
 
     @property
     def acc(self) -> Accumulator:
@@ -151,7 +152,10 @@ class Cell(ChunkRows, SandboxLifecycle, StepBody, TrajectoryBody, Segments, Body
                 self.metrics.attach(self.steady.report)
             main = self.env.process(self._workers(iter(range(n)), self.concurrency))
         with few_collections():
-            self.env.run(until=main)
+            if self.cosim is not None:
+                self.cosim.run(main)
+            else:
+                self.env.run(until=main)
         self._catch_up(math.inf)
         self.fleet.close_pool(self.env.now)
         self.fleet.close_parked(self.env.now)

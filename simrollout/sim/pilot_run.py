@@ -59,13 +59,16 @@ def slice_scenario(scn: Scenario, sub: Substrate, concurrency: int) -> tuple[Sce
     return scenario_from_dict(d, scn._source), conc
 
 
-def run_pilot(scn: Scenario, sub: Substrate, concurrency: int, rep: int) -> Pilot:
-    """Run the pilot of one cell (substrate ``sub`` at ``concurrency``, replication ``rep``)."""
+def run_pilot(scn: Scenario, sub: Substrate, concurrency: int, rep: int, compiled: bool = True) -> Pilot:
+    """Run the pilot of one cell (substrate ``sub`` at ``concurrency``, replication ``rep``), its
+    bodies and engines compiled where :func:`.pilot_compiled.gaps` allows (``compiled``)."""
+    from . import pilot_compiled
 
     pscn, conc = slice_scenario(scn, sub, concurrency)
     engines = pscn.cluster.inference.engines
     work = draw_work(pscn, rep, detail=True)
     cell = Cell(pscn, pscn.substrates[0], conc, rep, work, STEP.name, keep=True)
+    co = pilot_compiled.attach(cell) if compiled and pilot_compiled.gaps(cell) is None else None
     cell.turn_log = []
     samples: list[tuple[int, float]] = []  # (bodies, engine busy seconds)
     period = float(work.llm.sum() / max(work.steps.sum(), 1))  # an unloaded turn, on average
@@ -77,7 +80,7 @@ def run_pilot(scn: Scenario, sub: Substrate, concurrency: int, rep: int) -> Pilo
 
     cell.env.process(sample())
     rec = cell.run()
-    log = np.array(cell.turn_log, dtype=float).reshape(-1, 4)
+    log = co.turn_log() if co is not None else np.array(cell.turn_log, dtype=float).reshape(-1, 4)
     traj, bodies, secs, unloaded = log.T
     traj, bodies = traj.astype(np.int64), bodies.astype(np.int64)
     b = np.arange(conc + 2)

@@ -187,6 +187,8 @@ class SandboxLifecycle:
         u_exec0, calls = a.first_draws[4], a.first_draws[6]
         fail_call = first_failure(u_exec0 if a.first else a.rng.random(), p_exec, int(calls))
         body = self._body_steps if self.step else self._body_trajectory
+        if self.cosim is not None:  # a pilot's, compiled (.pilot_compiled)
+            body = self.cosim.body
         if self.loop is not None and self.loop.bodies is not None:  # the loop's (sim.loop_body)
             body = self.loop.bodies.body
         self._count_bodies(+1)
