@@ -3,6 +3,7 @@ scenario and seed give the same records, turns, serving metrics and pilot, to th
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -18,7 +19,7 @@ from simrollout.validation.fidelity import Row, build
 
 
 def _scenario(load: str = "tier", **change) -> dict:
-    d = build(Row("async", load, "tokens"), 48, 24, 32)  # 2 engines of 16 trajectories each
+    d = copy.deepcopy(build(Row("async", load, "tokens"), 48, 24, 32))  # 2 engines of 16 trajectories each
     d["fidelity"] = "step"
     for path, value in change.items():
         *head, last = path.split("__")
