@@ -1,5 +1,6 @@
 """The compiled serving pilot's state, named (:mod:`.pilot_compiled`): one tuple of arrays ``S``,
-each slot and column read by name as in :mod:`.compiled_state`.
+each slot and column read by name as in :mod:`.compiled_state` (numba reads these constants when it
+compiles: the numba cache's folder is named by this module's source too).
 
 The pilot's bodies at step fidelity and its serving engines run compiled; the sandbox lifecycle
 around each body stays in SimPy. Requests are numbered as they are made (a retried trajectory's
