@@ -23,8 +23,6 @@ import math
 import warnings
 
 import numpy as np
-from scipy import interpolate, optimize
-from scipy.optimize import isotonic_regression
 
 
 def law(n, c: float, b: float, p: float):
@@ -46,6 +44,8 @@ def fit_law(xs, ys, weights=None) -> tuple[float, float, float]:
         c, b, p = math.exp(theta[0]), theta[1], theta[2]
         return np.sqrt(w) * (np.log(law(x, c, b, p)) - y)
 
+    from scipy import optimize
+
     best = None
     for c0 in (0.5, 2.0, hi / 4):  # a few starts: the knee may sit anywhere in the range
         with warnings.catch_warnings():
@@ -65,6 +65,9 @@ class Curve:
     STEP = 0.25  # table resolution in operations in flight
 
     def __init__(self, points: dict[float, float]):
+        from scipy import interpolate
+        from scipy.optimize import isotonic_regression
+
         pts = sorted((float(k), float(v)) for k, v in points.items() if float(k) > 1.0)
         xs = np.array([p[0] for p in pts])
         ys = np.array([p[1] for p in pts])

@@ -14,7 +14,7 @@ from pydantic import (
     PositiveFloat,
     model_validator,
 )
-from scipy import stats
+from scipy.special import ndtr, ndtri  # scipy.stats.norm's cdf and ppf, without importing scipy.stats
 
 from .base import _Base
 
@@ -60,7 +60,7 @@ class Empirical(_Base):
     @cached_property
     def _curve(self) -> tuple[np.ndarray, np.ndarray]:
         ps = np.array(sorted(self.quantiles))
-        return stats.norm.ppf(ps), np.log([self.quantiles[p] for p in ps])
+        return ndtri(ps), np.log([self.quantiles[p] for p in ps])
 
     @cached_property
     def _hinges(self) -> tuple[float, float, list[tuple[float, float]]]:
@@ -88,7 +88,7 @@ class Empirical(_Base):
     def ppf(self, q):
         if self.samples is not None:
             return np.quantile(self.samples, q)
-        return self._from_z(stats.norm.ppf(q))
+        return self._from_z(ndtri(q))
 
     def cdf(self, x):
         if self.samples is not None:
@@ -98,7 +98,7 @@ class Empirical(_Base):
         y = np.log(np.maximum(np.asarray(x, dtype=float), 1e-300))
         lo = zs[0] + (y - ys[0]) * (zs[1] - zs[0]) / (ys[1] - ys[0])
         hi = zs[-1] + (y - ys[-1]) * (zs[-1] - zs[-2]) / (ys[-1] - ys[-2])
-        return stats.norm.cdf(np.where(y < ys[0], lo, np.where(y > ys[-1], hi, np.interp(y, ys, zs))))
+        return ndtr(np.where(y < ys[0], lo, np.where(y > ys[-1], hi, np.interp(y, ys, zs))))
 
     def mean(self):
         if self.samples is not None:
@@ -112,7 +112,7 @@ class Empirical(_Base):
             b = (ys[j + 1] - ys[j]) / (zs[j + 1] - zs[j])
             a = ys[j] - b * zs[j]
             lo, hi = edges[k], edges[k + 1]
-            total += math.exp(a + b * b / 2) * (stats.norm.cdf(hi - b) - stats.norm.cdf(lo - b))
+            total += math.exp(a + b * b / 2) * (ndtr(hi - b) - ndtr(lo - b))
         return float(total)
 
 
@@ -135,6 +135,8 @@ class Discrete(_Base):
     @cached_property
     def frozen(self):
         w = np.asarray(self.weights, dtype=float)
+        from scipy import stats
+
         return stats.rv_discrete(values=(self.values, w / w.sum()))
 
     def sample(self, rng, size):

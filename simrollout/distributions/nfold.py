@@ -24,7 +24,6 @@ import math
 
 import numpy as np
 from numba import njit
-from scipy.signal import fftconvolve
 
 _TAILS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)  # the share above the split, drawn exactly: the first
 # whose split leaves cells of a thousandth of the mean (a heavy tail splits lower)
@@ -72,7 +71,7 @@ class NFold:
             else:
                 off0, cdf0 = self.tables[-1]
                 prev = np.diff(cdf0, prepend=0.0)
-                off, pmf = 2 * off0, np.clip(fftconvolve(prev, prev), 0.0, None)
+                off, pmf = 2 * off0, np.clip(_self_convolved(prev), 0.0, None)
             pmf = pmf / pmf.sum()
             left, right = np.cumsum(pmf), np.cumsum(pmf[::-1])[::-1]  # each end's mass, accurate there
             first = int(np.argmax(left > _TRIM))
@@ -130,3 +129,14 @@ def nfold(dist) -> NFold:
     if got is None:
         got = _CACHE[key] = NFold(dist)
     return got
+
+
+def _self_convolved(p: np.ndarray) -> np.ndarray:
+    """``scipy.signal.fftconvolve(p, p)``, its arithmetic step for step, without importing
+    scipy.signal (which imports scipy.stats: half a second in every process that draws)."""
+    from scipy import fft
+
+    size = 2 * p.shape[0] - 1
+    n = fft.next_fast_len(size, True)
+    sp = fft.rfftn(p, [n], axes=[0])
+    return fft.irfftn(sp * sp, [n], axes=[0])[:size]

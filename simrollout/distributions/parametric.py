@@ -14,7 +14,7 @@ from pydantic import (
     PositiveFloat,
     model_validator,
 )
-from scipy import stats
+from scipy.special import ndtr, ndtri  # scipy.stats.norm's cdf and ppf, without importing scipy.stats
 
 from .base import Z99, _Shifted
 
@@ -25,7 +25,12 @@ class Exponential(_Shifted):
 
     @cached_property
     def frozen(self):
+        from scipy import stats
+
         return stats.expon(loc=self.loc, scale=self.mean_)
+
+    def mean(self) -> float:
+        return float(1.0 * self.mean_ + self.loc)  # scipy's expon.mean(), without importing it
 
     def sample(self, rng, size):
         return self.loc + self.mean_ * rng.standard_exponential(size, dtype=np.float32)
@@ -74,7 +79,33 @@ class Lognormal(_Shifted):
     @cached_property
     def frozen(self):
         mu, sigma = self.params
+        from scipy import stats
+
         return stats.lognorm(s=sigma, loc=self.loc, scale=math.exp(mu))
+
+    def mean(self) -> float:
+        """scipy's ``lognorm.mean()`` to the bit (``sqrt(exp(s^2)) x scale + loc``), without
+        importing scipy.stats to check a scenario."""
+        mu, sigma = self.params
+        return float(np.sqrt(np.exp(np.float64(sigma) * sigma)) * math.exp(mu) + self.loc)
+
+    def cdf(self, x):
+        """scipy's ``lognorm.cdf`` to the bit (``ndtr(log((x - loc) / scale) / s)``)."""
+        mu, sigma = self.params
+        z = np.asarray((np.asarray(x) - self.loc) / math.exp(mu), dtype=np.float64)
+        out = np.zeros(z.shape)
+        inside = (z > 0) & (z < np.inf)
+        out[inside] = ndtr(np.log(z[inside]) / sigma)
+        out[z == np.inf] = 1.0
+        out[np.isnan(z)] = np.nan
+        return out[()]
+
+    def ppf(self, q):
+        """scipy's ``lognorm.ppf`` to the bit (``exp(s ndtri(q)) x scale + loc``)."""
+        mu, sigma = self.params
+        return (np.exp(np.float64(sigma) * ndtri(np.asarray(q, dtype=np.float64))) * math.exp(mu) + self.loc)[
+            ()
+        ]
 
     def sample(self, rng, size):
         mu, sigma = self.params
@@ -92,6 +123,8 @@ class Gamma(_Shifted):
 
     @cached_property
     def frozen(self):
+        from scipy import stats
+
         return stats.gamma(a=self.shape, loc=self.loc, scale=self.scale)
 
     def sample(self, rng, size):
@@ -105,6 +138,8 @@ class Weibull(_Shifted):
 
     @cached_property
     def frozen(self):
+        from scipy import stats
+
         return stats.weibull_min(c=self.shape, loc=self.loc, scale=self.scale)
 
     def sample(self, rng, size):
@@ -120,4 +155,6 @@ class LogLogistic(_Shifted):
 
     @cached_property
     def frozen(self):
+        from scipy import stats
+
         return stats.fisk(c=self.c, loc=self.loc, scale=self.scale)

@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from ..scenario import Scenario, Substrate
 from .records import CANCELLED, FAILED, OK, TIMEOUT, Records
@@ -210,6 +209,8 @@ def aggregate(rows: pd.DataFrame) -> pd.DataFrame:
             x = g[m].to_numpy(dtype=float)
             row[m] = float(np.mean(x))
             if r > 1:
+                from scipy import stats
+
                 half = stats.t.ppf(0.975, r - 1) * np.std(x, ddof=1) / np.sqrt(r)
                 row[f"{m}_ci95"] = float(half)
         row["replications"] = r
