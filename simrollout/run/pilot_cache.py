@@ -57,12 +57,13 @@ def code_version() -> str:
 
 
 def key_of(pilot_scenario: Scenario, engines: int, rep: int) -> str:
-    """The hash of what determines the pilot of ``pilot_scenario`` (a sliced scenario)."""
+    """The hash of what determines the pilot of ``pilot_scenario`` (a sliced scenario), in the
+    scenario's own order: the order of its tools is the order the mixture draws them in."""
     data = pilot_scenario.model_dump(mode="json", by_alias=True)
     replay = pilot_scenario.workload.replay
     trace = hashlib.sha256(Path(replay.path).read_bytes()).hexdigest() if replay is not None else None
     text = json.dumps({"scenario": data, "trace": trace, "engines": engines, "replication": rep,
-                       "version": __version__, "code": code_version()}, sort_keys=True)  # fmt: skip
+                       "version": __version__, "code": code_version()})  # fmt: skip
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -47,31 +47,53 @@ class ChunkRows:
         # loop's bodies read every step, so its cells draw the calls, as does the fidelity matrix)
         self._summed = sums_at_once(self.scn, self.step)
         self._last_arrival = 0.0  # of the latest chunk whose arrivals were drawn
+        self._ahead: dict = {}  # chunks being drawn ahead in a thread (their futures)
 
     def chunk(self, c: int) -> Chunk:
-        """The chunk's state, drawn when its first trajectory is needed."""
+        """The chunk's state, drawn when its first trajectory is needed (or ahead of it:
+        :meth:`draw_ahead`)."""
         st = self.chunks.get(c)
         if st is None:
-            w, lo = self.work, c * CHUNK
-            d = draw_substrate(self.scn, self.sub, self.rep, w, c, detail=not self._summed)
-            sl = slice(lo, lo + len(d.cold))
-            cols = {"cold": d.cold, "warm": d.warm, "teardown": d.teardown, "u_create": d.u_create,
-                    "u_exec": d.u_exec, "u_teardown": d.u_teardown, "calls": w.calls[sl], "llm": w.llm[sl],
-                    "overhead": d.overhead, "tool": w.tool[sl], "setup": w.setup[sl],
-                    "reward": w.reward[sl], "steps": w.steps[sl]}  # fmt: skip
-            inputs = np.column_stack([cols[k] for k in _IN])
+            ahead = self._ahead.pop(c, None)
+            d, inputs, scale = ahead.result() if ahead is not None else self._draw_chunk(c)
             arrival = np.zeros(len(inputs))
-            if self.scn.arrivals.kind == "poisson":
+            if self.scn.arrivals.kind == "poisson":  # in chunk order: each continues the last
                 gaps = arrival_gaps(self.scn, self.rep, c, len(inputs))
                 arrival = self._last_arrival + np.cumsum(gaps)
                 self._last_arrival = float(arrival[-1])
-            st = self.chunks[c] = Chunk(lo, inputs, d, arrival)
-            if self.pilot is not None:
-                n = len(inputs)
-                phase = phases(w.n, self.concurrency, self.scn, lo, lo + n)
-                rng = stream(self.scn.seed, self.rep, "serving", self.sub.name, self.concurrency, c)
-                st.scale = self.pilot.draw(rng, w.llm[sl], phase)
+            st = self.chunks[c] = Chunk(c * CHUNK, inputs, d, arrival)
+            st.scale = scale
         return st
+
+    def _draw_chunk(self, c: int) -> tuple[SubstrateDraws, np.ndarray, np.ndarray | None]:
+        """Chunk ``c``'s substrate draws, its inputs' columns and its trajectories' serving luck:
+        each from the chunk's own streams, so drawn in any order or thread, the same."""
+        w, lo = self.work, c * CHUNK
+        d = draw_substrate(self.scn, self.sub, self.rep, w, c, detail=not self._summed)
+        sl = slice(lo, lo + len(d.cold))
+        cols = {"cold": d.cold, "warm": d.warm, "teardown": d.teardown, "u_create": d.u_create,
+                "u_exec": d.u_exec, "u_teardown": d.u_teardown, "calls": w.calls[sl], "llm": w.llm[sl],
+                "overhead": d.overhead, "tool": w.tool[sl], "setup": w.setup[sl],
+                "reward": w.reward[sl], "steps": w.steps[sl]}  # fmt: skip
+        inputs = np.column_stack([cols[k] for k in _IN])
+        scale = None
+        if self.pilot is not None:
+            n = len(inputs)
+            phase = phases(w.n, self.concurrency, self.scn, lo, lo + n)
+            rng = stream(self.scn.seed, self.rep, "serving", self.sub.name, self.concurrency, c)
+            scale = self.pilot.draw(rng, w.llm[sl], phase)
+        return d, inputs, scale
+
+    def draw_ahead(self, c: int, pool) -> None:
+        """Draw chunk ``c`` in ``pool`` (a thread) while the run goes on, once its workload is in."""
+        if c in self.chunks or c in self._ahead or c * CHUNK >= self.work.n:
+            return
+
+        def draw():
+            self.work.wait(c)
+            return self._draw_chunk(c)
+
+        self._ahead[c] = pool.submit(draw)
 
     def arrival(self, i: int) -> float:
         return float(self.chunk(i // CHUNK).arrival[i % CHUNK])

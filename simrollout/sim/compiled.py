@@ -19,6 +19,7 @@ import math
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numba
@@ -143,6 +144,7 @@ class CompiledRun:
         self.used = [0, 0]  # steps and calls of the detail pools in use
         self.held: dict[int, ChunkDetail] = {}  # waiting bodies' detail, their chunk's dropped
         self.folding = Folding(self)
+        self._ahead: ThreadPoolExecutor | None = None
 
     def _take(self, k: int) -> int:
         """Chunk ``k``'s draws, their rows in the run's arrays: the trajectories ready after it."""
@@ -166,8 +168,23 @@ class CompiledRun:
             for w in range(self.cell.concurrency):
                 L.schedule(tuple(S), 0.0, w, L.K_NEXT)
 
+    def _ahead_pool(self) -> ThreadPoolExecutor:
+        """The thread that draws the next chunk's substrate draws while the loop runs."""
+        if self._ahead is None:
+            self._ahead = ThreadPoolExecutor(1, thread_name_prefix="chunk-ahead")
+        return self._ahead
+
     def loop(self) -> None:
         """Run the loop to its end, answering its requests."""
+        done = False
+        try:
+            self._loop()
+            done = True
+        finally:  # stopped: a draw ahead waiting for its workload ends when the workload is failed
+            if self._ahead is not None:
+                self._ahead.shutdown(wait=done, cancel_futures=True)
+
+    def _loop(self) -> None:
         cell, S = self.cell, self.S
         gi = S[L.S_GI]
         run = L.run if self.training is None else L.run_training
@@ -193,7 +210,9 @@ class CompiledRun:
                 self._retry(w)
             elif code == L.R_INPUTS:
                 self.folding.step()
-                gi[L.J_READY] = self._take(int(gi[L.J_READY]) // CHUNK)
+                k = int(gi[L.J_READY]) // CHUNK
+                gi[L.J_READY] = self._take(k)
+                cell.draw_ahead(k + 1, self._ahead_pool())  # the next chunk's, while this one runs
             else:
                 self._detail(w)
             gi[L.J_RESUME] = w

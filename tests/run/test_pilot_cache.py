@@ -106,3 +106,13 @@ def test_configurations_that_slice_to_the_same_pilot_run_it_once(counted):
     assert runner.pilot_key(a, runner.cell_keys(a)[0]) == runner.pilot_key(b, runner.cell_keys(b)[0])
     executors._prepare([a, b], [(0, runner.cell_keys(a)[0]), (1, runner.cell_keys(b)[0])], 2)
     assert len(counted) == 1 and len(runner.PILOTS) == 1
+
+
+def test_the_tools_order_is_in_the_key():
+    """The mixture draws the tools in the scenario's order: tools listed in another order draw
+    other latencies, so they are another pilot (a sorted key once served one for the other)."""
+    tools = {"read": {"weight": 0.5, "latency": 0.2}, "edit": {"weight": 0.5, "latency": 1.5}}
+    d = build(Row("async", "tier", "tokens"), *SIZE)
+    one = scenario_from_dict({**d, "workload": {**d["workload"], "tools": tools}})
+    other = scenario_from_dict({**d, "workload": {**d["workload"], "tools": dict(reversed(tools.items()))}})
+    assert pilot_cache.key_of(one, 8, 0) != pilot_cache.key_of(other, 8, 0)
