@@ -1,5 +1,5 @@
 """The serving pilot with its bodies and engines compiled: the same run as the SimPy step engine's,
-for about a tenth of its time.
+for about a twentieth of its time.
 
 A pilot (:mod:`.pilot_run`) runs a sliced scenario at step fidelity. Nearly all its events are the
 bodies' waits and the engines' iterations; the sandbox lifecycle around each body (quota, create,
@@ -12,7 +12,7 @@ same way, so the pilot's numbers equal the SimPy pilot's (tests/sim/test_pilot_c
 
 :func:`gaps` says what keeps a pilot on SimPy: a shared contention domain (its operations re-read
 their rate at every change of load), a measured exec contention curve (the compiled side takes a
-slope), or per-call draws that are not float64."""
+slope), more than one chunk of trajectories."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import numpy as np
 
 from .pilot_state import *  # the state's names
 from .records import BodyResult
+from .workload_draws import CHUNK
 
 FIELDS = ("step_off", "step_calls", "step_append", "step_output", "step_llm", "call_tool", "call_off",
           "prompt", "setup", "reward")  # fmt: skip
@@ -36,7 +37,7 @@ def gaps(cell) -> str | None:
         return "a measured exec contention curve"
     if scn.training is not None or cell.trace is not None:
         return "a training loop or a timeline"
-    if cell.work.n > 32_768 or cell.work.step_output is None:
+    if cell.work.n > CHUNK or cell.work.step_output is None:
         return "more than one chunk of trajectories, or no token workload"
     return None
 
@@ -61,11 +62,9 @@ class CoSim:
         spec, it, tok = inf.engine, inf.engine.iteration, scn.workload.tokens
         n, E = w.n, inf.engines
         # the fleet's counts become arrays both sides change in place
-        domains = len(fleet.ops)
         fleet.ops = np.array(fleet.ops, dtype=np.int64)
         fleet.by_phase = {ph: np.array(v, dtype=np.int64) for ph, v in fleet.by_phase.items()}
         fleet.exec_load = np.array(fleet.exec_load, dtype=np.float64)
-        assert domains == len(fleet.ops)
         P = np.zeros(NP)
         P[[P_BASE, P_PPT, P_PPA, P_PD, P_PCT]] = it.base, it.per_prefill_token, it.per_prefill_attention, \
             it.per_decode, it.per_context_token  # fmt: skip
