@@ -183,8 +183,8 @@ def start_body(S, i, dom, deadline, fail_call, first_call, now):
 @compiled
 def advance(S, before):
     """Run the events before ``before``: 1 when a body ended (``J_ENDED``; the time is ``G_NOW``),
-    0 when none is left before it, 2 when the heap needs more room, -1 when an engine cannot fit
-    a request."""
+    0 when none is left before it, 2 when the heap needs more room, -1 on an error (``J_ERR``: 1, a
+    request no engine's KV cache can fit; 2, more requests than the arrays hold)."""
     GI, TI, EI = S[S_GI], S[S_TI], S[S_EI]
     ht = S[S_HT]
     n = int(S[S_P][P_N])
@@ -203,6 +203,8 @@ def advance(S, before):
                 continue
             if body_go(S, w, kind == EV_OK or kind == EV_DONE):
                 return 1
+            if GI[J_ERR] != 0:
+                return -1
         else:
             e = w - n
             if epoch != EI[e, E_EPOCH]:

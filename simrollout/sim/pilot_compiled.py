@@ -155,6 +155,8 @@ class CoSim:
             elif got == 2:
                 self._grow_heap()
             elif got < 0:
+                if self.S[S_GI][J_ERR] == 2:
+                    raise RuntimeError("the compiled pilot made more requests than its arrays hold")
                 raise RuntimeError("a waiting request can never fit this engine's KV cache")
             elif math.isinf(before):
                 raise RuntimeError("the pilot's events ran out before its trajectories did")

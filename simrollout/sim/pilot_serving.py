@@ -152,7 +152,10 @@ def request(S, traj, context, output, reusable, fresh):
     """Send a turn to an engine (sticky to its prefix's engine, else the least loaded); its id."""
     GI, RI, RF, EI, P = S[S_GI], S[S_RI], S[S_RF], S[S_EI], S[S_P]
     r = GI[J_NREQ]
-    GI[J_NREQ] = r + 1
+    if r >= RI.shape[0] - 1:  # more requests than an attempt has steps: never (the run stops)
+        GI[J_ERR] = 2
+    else:
+        GI[J_NREQ] = r + 1
     RI[r, R_TRAJ], RI[r, R_CONTEXT], RI[r, R_OUTPUT] = traj, max(context, 1), output
     RI[r, R_REUSABLE], RI[r, R_FRESH] = reusable, fresh
     RI[r, R_REUSE] = RI[r, R_PREFILL] = RI[r, R_DECODE] = RI[r, R_CTX] = 0
