@@ -47,14 +47,14 @@ class ChunkRows:
         # loop's bodies read every step, so its cells draw the calls, as does the fidelity matrix)
         self._summed = sums_at_once(self.scn, self.step)
         self._last_arrival = 0.0  # of the latest chunk whose arrivals were drawn
-        self._ahead: dict = {}  # chunks being drawn ahead in a thread (their futures)
+        self._drawn_ahead: dict = {}  # chunks being drawn ahead in a thread (their futures)
 
     def chunk(self, c: int) -> Chunk:
         """The chunk's state, drawn when its first trajectory is needed (or ahead of it:
         :meth:`draw_ahead`)."""
         st = self.chunks.get(c)
         if st is None:
-            ahead = self._ahead.pop(c, None)
+            ahead = self._drawn_ahead.pop(c, None)
             d, inputs, scale = ahead.result() if ahead is not None else self._draw_chunk(c)
             arrival = np.zeros(len(inputs))
             if self.scn.arrivals.kind == "poisson":  # in chunk order: each continues the last
@@ -86,14 +86,14 @@ class ChunkRows:
 
     def draw_ahead(self, c: int, pool) -> None:
         """Draw chunk ``c`` in ``pool`` (a thread) while the run goes on, once its workload is in."""
-        if c in self.chunks or c in self._ahead or c * CHUNK >= self.work.n:
+        if c in self.chunks or c in self._drawn_ahead or c * CHUNK >= self.work.n:
             return
 
         def draw():
             self.work.wait(c)
             return self._draw_chunk(c)
 
-        self._ahead[c] = pool.submit(draw)
+        self._drawn_ahead[c] = pool.submit(draw)
 
     def arrival(self, i: int) -> float:
         return float(self.chunk(i // CHUNK).arrival[i % CHUNK])
