@@ -79,8 +79,10 @@ CDF_LEVELS = np.linspace(0.0, 1.0, 401)
 
 
 def _work_key(scn: Scenario, rep: int, detail: bool, sub=None) -> tuple:
+    """What determines a workload's draws, in the scenario's own order (its tools are drawn in
+    their order: sorted, two orders of the same tools would share one's draws)."""
     return (
-        json.dumps(scn.workload.model_dump(mode="json", by_alias=True), sort_keys=True),
+        json.dumps(scn.workload.model_dump(mode="json", by_alias=True)),
         scn.seed,
         scn.trajectories,
         scn.policy.timeout,  # which bodies keep their per-step detail

@@ -1,6 +1,8 @@
 """End to end: reproducibility, parallel == serial, common random numbers, the results folder,
 and the two fidelities of one model agreeing on a small run."""
 
+import importlib
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -326,3 +328,22 @@ def test_a_background_draw_waits_for_room_until_stopped():
     f.failed(RuntimeError("the run was stopped"))
     waited.join(2.0)
     assert not waited.is_alive()
+
+
+def test_a_scenario_gets_its_own_draws_whatever_ran_before_in_the_process():
+    """Tools listed in another order draw other latencies (the mixture draws them in order): a
+    run after one of the other order gives the numbers it gives alone (a workload cache keyed
+    on the sorted scenario once handed it the other's draws)."""
+    tools = {"read": {"weight": 0.5, "latency": 0.2}, "edit": {"weight": 0.5, "latency": 3.0}}
+    d = {"version": 1, "seed": 3, "fidelity": "trajectory",
+         "workload": {"trajectories": 200, "steps": 10, "llm_time": 1.0, "tools": tools},
+         "substrates": [{"name": "s", "cold_start": 1.0, "exec_overhead": 0.01, "teardown": 0.5}],
+         "cluster": {"concurrency": 20}}  # fmt: skip
+    other = {**d, "workload": {**d["workload"], "tools": dict(reversed(tools.items()))}}
+    runner = importlib.import_module("simrollout.run.runner")
+    runner._WORK.clear()
+    alone = run_scenario(scenario_from_dict(d), jobs=1).summary
+    runner._WORK.clear()
+    run_scenario(scenario_from_dict(other), jobs=1)
+    after = run_scenario(scenario_from_dict(d), jobs=1).summary
+    pd.testing.assert_frame_equal(after, alone)
