@@ -335,7 +335,7 @@ def test_a_scenario_gets_its_own_draws_whatever_ran_before_in_the_process():
     run after one of the other order gives the numbers it gives alone (a workload cache keyed
     on the sorted scenario once handed it the other's draws)."""
     tools = {"read": {"weight": 0.5, "latency": 0.2}, "edit": {"weight": 0.5, "latency": 3.0}}
-    d = {"version": 1, "seed": 3, "fidelity": "trajectory",
+    d = {"version": 1, "seed": 3, "fidelity": "step",  # tools drawn call by call
          "workload": {"trajectories": 200, "steps": 10, "llm_time": 1.0, "tools": tools},
          "substrates": [{"name": "s", "cold_start": 1.0, "exec_overhead": 0.01, "teardown": 0.5}],
          "cluster": {"concurrency": 20}}  # fmt: skip
