@@ -21,6 +21,7 @@ True
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 from numba import njit
@@ -37,6 +38,7 @@ class NFold:
 
     def __init__(self, dist, tail: float | None = None, rel: float = _REL, cells: int = _CELLS):
         self.dist = dist
+        self._lock = threading.Lock()
         lo = float(np.asarray(dist.ppf(0.0)))
         self.lo = lo if math.isfinite(lo) and lo > 0 else 0.0
         for t in _TAILS if tail is None else (tail,):
@@ -64,7 +66,16 @@ class NFold:
         return np.asarray(m) * self.h / 2
 
     def _table(self, j: int) -> tuple[int, np.ndarray]:
-        """The 2^j-fold law of the cell index: (its first index, its CDF)."""
+        """The 2^j-fold law of the cell index: (its first index, its CDF). Built under a lock: the
+        laws are shared by every thread of the process (a streamed cell's draws), and two threads
+        extending the list at once appended one law twice, every sum through it wrong after."""
+        if j < len(self.guides):
+            return self.tables[j]
+        with self._lock:
+            self._extend(j)
+        return self.tables[j]
+
+    def _extend(self, j: int) -> None:
         while len(self.tables) <= j:
             if not self.tables:
                 off, pmf = 0, self._pmf0
@@ -81,7 +92,6 @@ class NFold:
             c[-1] = 1.0
             self.tables.append((off + first, c))
             self.guides.append(np.searchsorted(c, np.arange(c.size) / c.size, side="left"))
-        return self.tables[j]
 
     def sample(self, rng: np.random.Generator, m: np.ndarray) -> np.ndarray:
         """One sum of ``m[k]`` independent draws for each ``k`` (float64 seconds)."""
@@ -120,6 +130,7 @@ def _add_index(index, body, j, u, off, cdf, guide):
 
 
 _CACHE: dict[str, NFold] = {}
+_CACHE_LOCK = threading.Lock()
 
 
 def nfold(dist) -> NFold:
@@ -127,7 +138,10 @@ def nfold(dist) -> NFold:
     key = f"{type(dist).__name__}:{dist.model_dump_json()}"
     got = _CACHE.get(key)
     if got is None:
-        got = _CACHE[key] = NFold(dist)
+        with _CACHE_LOCK:
+            got = _CACHE.get(key)
+            if got is None:
+                got = _CACHE[key] = NFold(dist)
     return got
 
 

@@ -134,3 +134,31 @@ def test_the_guided_search_finds_the_cells_a_binary_search_finds(spec):
         want = np.zeros(body.size, dtype=np.int64)
         want[on] = off + np.searchsorted(cdf, u[on], side="left")
         assert np.array_equal(got, want)
+
+
+def test_threads_drawing_at_once_build_each_law_once():
+    """A streamed cell draws its chunks in threads that share the process's laws: built at once,
+    each 2^j-fold law is built once (two threads once appended one law twice, every sum through
+    the later laws wrong after)."""
+    import threading
+
+    from simrollout.distributions import Lognormal
+
+    dist = Lognormal(median=0.3, p99=40.0)
+    ref = NFold(dist)
+    ref.sample(np.random.default_rng(0), np.array([1 << 12]))
+
+    def draw(shared: NFold, start: threading.Barrier, k: int) -> None:
+        start.wait()
+        shared.sample(np.random.default_rng(k), np.array([1 << 12]))
+
+    for _ in range(5):
+        shared, start = NFold(dist), threading.Barrier(8)
+        threads = [threading.Thread(target=draw, args=(shared, start, k)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(shared.tables) == len(ref.tables) == len(shared.guides)
+        for (o1, c1), (o2, c2) in zip(shared.tables, ref.tables):
+            assert o1 == o2 and np.array_equal(c1, c2)
