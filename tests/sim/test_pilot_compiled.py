@@ -3,7 +3,6 @@ scenario and seed give the same records, turns, serving metrics and pilot, to th
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 
 from simrollout.run.runner import work_for
 from simrollout.scenario import load_scenario, scenario_from_dict
+from simrollout.scenario.overrides import set_path
 from simrollout.sim import pilot_compiled
 from simrollout.sim.model import Cell
 from simrollout.sim.pilot_run import run_pilot
@@ -19,14 +19,10 @@ from simrollout.validation.fidelity import Row, build
 
 
 def _scenario(load: str = "tier", **change) -> dict:
-    d = copy.deepcopy(build(Row("async", load, "tokens"), 48, 24, 32))  # 2 engines of 16 trajectories each
-    d["fidelity"] = "step"
+    d = build(Row("async", load, "tokens"), 48, 24, 32)  # 2 engines of 16 trajectories each
+    d = set_path(d, "fidelity", "step")  # a copy: the row's engine is the module's
     for path, value in change.items():
-        *head, last = path.split("__")
-        at = d
-        for k in head:
-            at = at[int(k)] if isinstance(at, list) else at.setdefault(k, {})
-        at[last] = value
+        d = set_path(d, path.replace("__", "."), value)
     return d
 
 
