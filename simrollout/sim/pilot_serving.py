@@ -14,6 +14,7 @@ import math
 from .compiled_heap import push as heap_push
 from .compiled_jit import compiled
 from .pilot_state import *  # the state's names
+from .turn_seconds import prefill_seconds as prefill_of
 
 
 @compiled
@@ -44,11 +45,7 @@ def cached_pairs(S, chunk, prefix):
 @compiled
 def prefill_seconds(S, tokens, prefix):
     P = S[S_P]
-    if P[P_HAS_PCA] == 0.0:
-        return P[P_PPT] * tokens + P[P_PPA] * tokens * (prefix + tokens / 2)
-    pairs = tokens * (prefix + tokens / 2)
-    cached = cached_pairs(S, tokens, prefix)
-    return P[P_PPT] * tokens + (P[P_PPA] * (pairs - cached) + P[P_PCA] * cached)
+    return prefill_of(P[P_PPT], P[P_PPA], P[P_PCA], P[P_HAS_PCA] != 0.0, int(P[P_BELOW]), tokens, prefix)
 
 
 @compiled

@@ -19,6 +19,17 @@ _I64 = np.iinfo(np.int64).max
 
 
 @compiled
+def prefill_seconds(ppt, ppa, pca, exact_cached, below, t, prefix):
+    """``IterationTime.prefill_seconds``: the prefill part of iterations over ``t`` new tokens after
+    a cached ``prefix`` (also the compiled pilot's, :mod:`.pilot_serving`)."""
+    if not exact_cached:
+        return ppt * t + ppa * t * (prefix + t / 2)
+    pairs = t * (prefix + t / 2)
+    cached = t * prefix if (below == 0 or t < below) else 0.0
+    return ppt * t + (ppa * (pairs - cached) + pca * cached)
+
+
+@compiled
 def _turn(prev, prompt, a, o, max_context, kv_capacity, q, below, exact_cached):
     """One turn: ``(its seconds, the context after it)`` (``prev``: after the previous turn, 0
     before the first)."""
@@ -30,13 +41,7 @@ def _turn(prev, prompt, a, o, max_context, kv_capacity, q, below, exact_cached):
     else:
         c = min(prompt + a, top)
         t = max(c, 1)
-    prefix = c - t
-    if not exact_cached:
-        pre = ppt * t + ppa * t * (prefix + t / 2)
-    else:
-        pairs = t * (prefix + t / 2)
-        cached = t * prefix if (below == 0 or t < below) else 0.0
-        pre = ppt * t + (ppa * (pairs - cached) + pca * cached)
+    pre = prefill_seconds(ppt, ppa, pca, exact_cached, below, t, c - t)
     chunks = 1 if t <= mbt else (t + mbt - 1) // mbt  # t >= 1: the ceiling of t / mbt
     d = o - 1
     return overhead + chunks * base + pre + d * (base + pdec + pctx * c) + pctx * d * (d + 1) / 2, c + o
