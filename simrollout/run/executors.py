@@ -245,7 +245,7 @@ def _draw_all(scenarios: list[Scenario], tasks, jobs: int, pool=None, background
     for i, key in tasks:
         s = scenarios[i]
         sub = s.substrates[key.substrate]
-        work_for(s, key.replication, resolved_engine(s).per_step, jobs, sub, pool, background)
+        work_for(s, key.replication, resolved_engine(s).draws_steps(s), jobs, sub, pool, background)
 
 
 def _ignore_interrupts() -> None:

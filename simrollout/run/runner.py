@@ -129,7 +129,7 @@ def run_cell(
     per-trajectory records. ``sink(records, first_index)`` sees every chunk."""
     engine = resolved_engine(scn)
     sub = scn.substrates[key.substrate]
-    work = work_for(scn, key.replication, engine.per_step, sub=sub)
+    work = work_for(scn, key.replication, engine.draws_steps(scn), sub=sub)
     pilot = pilot_key = None
     if needs_pilot(scn):  # the engines' load, from a pilot
         pilot_key, pilot = pilot_for(scn, key)
@@ -156,7 +156,7 @@ PILOTS: dict[str, Pilot] = {}
 
 def needs_pilot(scn: Scenario) -> bool:
     """Whether the scenario's cells take the engines' load from a serving pilot."""
-    return scn.workload.tokens is not None and resolved_engine(scn).pilot
+    return resolved_engine(scn).pilots(scn)
 
 
 def pilot_for(scn: Scenario, key: CellKey) -> tuple[str, Pilot]:

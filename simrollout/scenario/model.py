@@ -78,7 +78,12 @@ class Scenario(_Model):
         checks = (
             (tr is not None and tr.dynamic_sampling is not None, "dynamic sampling in a training loop"),
             (tr is not None and tr.on_failure != "mask", f"on_failure '{tr and tr.on_failure}'"),
-            (tr is not None and self.workload.tokens is not None, "a training loop on serving engines"),
+            (
+                tr is not None
+                and self.workload.tokens is not None
+                and any(isinstance(s.contention.exec, dict) for s in self.substrates),
+                "a measured exec contention curve in a training loop on serving engines",
+            ),
             (pol.warm_pool > 0, "a warm pool"),
             (pol.reuse, "sandbox reuse"),
             (self.workload.images is not None, "task images"),

@@ -81,7 +81,7 @@ def _params(cell) -> dict:
     w = sub.contention.weight_rows()
     weights = np.array([w[ph] for ph in ("create", "exec", "teardown")]) if w else np.ones((3, 3))
     domains = {"host": sub.capacity.hosts, "service": 1, "client": scn.cluster.clients}[fleet.scope]
-    p = np.zeros(15)
+    p = np.zeros(L.NP)
     p[L.P_TIMEOUT] = pol.timeout or math.inf
     p[L.P_RETRIES], p[L.P_BACKOFF] = pol.retries, pol.retry_backoff
     p[L.P_RATE] = sub.create_rate or 0.0
@@ -187,9 +187,8 @@ class CompiledRun:
     def _loop(self) -> None:
         cell, S = self.cell, self.S
         gi = S[L.S_GI]
-        run = L.run if self.training is None else L.run_training
         while True:
-            code = run(tuple(S))
+            code = self._call()
             if code == L.R_DONE:
                 if self.training is not None:
                     self.training.check_over()
@@ -198,6 +197,8 @@ class CompiledRun:
                 if code == L.R_NOTIFY and gi[L.J_REQW] >= 0:  # the worker that found it goes on
                     gi[L.J_RESUME] = gi[L.J_REQW]
                 self.training.wake()
+                continue
+            if self._answer(code):
                 continue
             if code == L.R_PROGRESS:
                 self.folding.step()
@@ -216,6 +217,15 @@ class CompiledRun:
             else:
                 self._detail(w)
             gi[L.J_RESUME] = w
+
+    def _call(self) -> int:
+        """Run the loop until it needs Python: its request code."""
+        S = tuple(self.S)
+        return L.run(S) if self.training is None else L.run_training(S)
+
+    def _answer(self, code: int) -> bool:
+        """A request of a loop's own (:class:`.compiled_tokens_run.TokenRun`): True when answered."""
+        return False
 
     def _retry(self, w: int) -> None:
         """A retry's draws, from its own stream, in the order the lifecycle uses them."""
@@ -396,7 +406,12 @@ def run_compiled(cell) -> Records | None:
         from .compiled_training import CompiledTraining
 
         training = CompiledTraining(cell)
-    run = CompiledRun(cell, training)
+    if training is not None and cell.scn.workload.tokens is not None:
+        from .compiled_tokens_run import TokenRun
+
+        run = TokenRun(cell, training)
+    else:
+        run = CompiledRun(cell, training)
     cell.compile_seconds = compile_loop(run.S, training is not None)
     run.start()
     run.loop()

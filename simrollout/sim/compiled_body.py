@@ -42,6 +42,8 @@ def on_body(S, w, now):
     if lm and TI[i, T_CANCEL]:  # cancelled while it waited for its sandbox: no body
         WI[I_STATUS], WI[I_STEPS], WF[F_LLMB], WF[F_OVER], WF[F_RT] = CANCELLED, 0, 0.0, 0.0, 0.0
         return K_TD
+    if P[P_TOKENS] != 0.0:  # its turns on serving engines (.compiled_tokens)
+        return K_TBODY
     d = WI[I_DOM]
     p_exec = fail_rate(XS[PH_EXEC], YS[PH_EXEC], load(S, d, -1) + 1.0)
     fc = first_failure(WF[F_UE], p_exec, int(IN[i, C_CALLS]))

@@ -31,9 +31,10 @@ from .compiled_state import *  # the state's names, re-exported
 
 @njit(cache=True, _nrt=False, inline="always")
 def _advance(S, w, kind):  # noqa: C901 (one branch a state)
-    """Run worker ``w`` from state ``kind`` until it waits for an event (or for Python)."""
+    """Run worker ``w`` from state ``kind`` until it waits for an event (or for Python): STOP, or
+    the state of a body on serving engines (``K_TBODY``, ``K_TBODY_END``: :mod:`.compiled_tokens`)."""
     now = S[S_G][G_NOW]
-    while kind != STOP:
+    while kind != STOP and kind < K_TBODY:
         if kind == K_NEXT:
             kind = LC.on_next(S, w, now)
         elif kind == K_START:
@@ -79,6 +80,7 @@ def _advance(S, w, kind):  # noqa: C901 (one branch a state)
         else:  # K_BATCH, K_BATCH_GO
             batch(S, kind)
             kind = STOP
+    return kind
 
 
 @compiled(nogil=True)

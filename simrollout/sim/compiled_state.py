@@ -59,6 +59,8 @@ R_DONE, R_RETRY, R_DETAIL, R_PROGRESS, R_INPUTS, R_TIMER, R_NOTIFY = 0, 1, 2, 3,
 (K_NEXT, K_START, K_ATTEMPT, K_ATTEMPT2, K_QUOTA, K_TOKEN, K_PLACE, K_CREATE_END, K_AGAIN, K_BODY,
  K_SEGSTART, K_SEG, K_SEG_END, K_LAST, K_TAIL_END, K_REWARD, K_BODY_END, K_TD, K_TD_OP_END, K_TD_END,
  K_FINISH, K_BATCH, K_BATCH_GO, K_TIMER) = range(24)  # fmt: skip
+# a body on serving engines (.compiled_tokens): it starts there, it ended there
+K_TBODY, K_TBODY_END = 24, 25
 STOP = -1
 EPOCH = 32  # a segment's end is scheduled as K_SEG_END + EPOCH x its epoch: a cut one is skipped
 # a worker's floats
@@ -80,8 +82,8 @@ assert (_SEQ, _HSIZE) == (J_SEQ, J_HSIZE)  # the heap's (compiled_heap)
 NJ = 20
 # parameters
 (P_TIMEOUT, P_RETRIES, P_BACKOFF, P_RATE, P_MINBILL, P_LOADED, P_QUOTA, P_SCOPE, P_CLIENTS, P_BATCH,
- P_TIMED, P_WEIGHTS, P_N, P_C, P_LOOP) = range(15)  # fmt: skip
-NP = 15
+ P_TIMED, P_WEIGHTS, P_N, P_C, P_LOOP, P_TOKENS) = range(16)  # fmt: skip
+NP = 16
 # input columns (records.INPUTS)
 C_COLD, C_WARM, C_TD, C_UC, C_UE, C_UT, C_CALLS, C_LLM, C_OVER, C_TOOL, C_SETUP, C_REWARD, C_STEPS = range(13)
 NC = 13

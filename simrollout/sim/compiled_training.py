@@ -264,7 +264,8 @@ class CompiledTraining(LoopResults):
         return float(self.rows["end"][members].mean())
 
     def busy_seconds(self) -> float:
-        return math.nan  # the tier's busy time is the step engine's
+        # the tier's busy time: its serving engines' when compiled beside the loop, else the step engine's
+        return self.cell.tier.busy_seconds if self.cell.exact_tier else math.nan
 
     def record(self, k: int, start: float, ready: float, t_first: float, t1: float) -> None:
         """No trace: the compiled engine keeps no spans."""

@@ -99,7 +99,7 @@ class BodyLoad:
         inf = self.scn.cluster.inference
         if inf is None:
             return 0.0
-        if self.step:
+        if self.exact_tier:
             return self.tier.busy_seconds
         if self.pilot is not None:  # the pilot's busy fraction over time, at the bodies running
             if self.busy_fold is not None:  # folded as the run went (the compiled engine)

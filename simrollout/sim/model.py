@@ -117,6 +117,12 @@ class Cell(ChunkRows, SandboxLifecycle, StepBody, TrajectoryBody, Segments, Body
         self.cosim = None  # a pilot's bodies and engines run compiled (.pilot_compiled)
 
     @property
+    def exact_tier(self) -> bool:
+        """Its inference tier runs every request (step fidelity; a training loop's serving
+        engines compiled beside the compiled loop), so the tier's own figures are exact."""
+        return self.step or self.cosim is not None
+
+    @property
     def acc(self) -> Accumulator:
         """The totals and sketches of its finished trajectories (``metrics.acc``)."""
         return self.metrics.acc

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 
-from ..sim.records import LOST, OK, TIMEOUT
+from ..sim.records import CANCELLED, LOST, OK, TIMEOUT
 from .compiled_heap import pop
 from .compiled_jit import compiled
-from .pilot_serving import cancel, close, mark, on_engine, push, request
+from .compiled_state import L_GATE, L_VERSION, T_CANCEL, T_RESUMED, T_V0
+from .pilot_serving import cancel, close, generated, mark, on_engine, push, release, request
 from .pilot_state import *  # the state's names
 
 
@@ -57,7 +58,10 @@ def turn(S, i, s):
     tokens a cached prefix could serve and its output."""
     TI, P = S[S_TI], S[S_P]
     append = S[S_SAPP][s]
-    out = max(S[S_SOUT][s], 1)
+    if P[P_LOOP] != 0.0:  # a training loop's prompt factor scales the output (StepBody._turn)
+        out = max(int(round(S[S_SOUT][s] * S[S_LTASK][i])), 1)
+    else:
+        out = max(S[S_SOUT][s], 1)
     if P[P_MAX_TOK] != 0.0:
         out = min(out, int(P[P_MAX_TOK]))
     top = int(P[P_KV]) - out
@@ -74,11 +78,38 @@ def turn(S, i, s):
 
 
 @compiled
+def park(S, i, pc):
+    """A training loop's body waits at the closed gate; it resumes at ``pc`` when it opens."""
+    GI = S[S_GI]
+    S[S_TI][i, B_PC] = pc
+    S[S_PARK][GI[J_NPARK]] = i
+    GI[J_NPARK] += 1
+
+
+@compiled
+def submit(S, i):
+    """Send the body's request in flight (``B_C``, ``B_O``) and await it, bounded by the deadline."""
+    TI, TF = S[S_TI], S[S_TF]
+    now = S[S_GF][G_NOW]
+    r = request(S, i, TI[i, B_C], TI[i, B_O], TI[i, B_REUSABLE], TI[i, B_FRESH])
+    TI[i, B_REQ], TI[i, B_PC] = r, PC_AWAIT
+    dl = TF[i, BF_DEADLINE]
+    # one deadline event per body; a request sent again after it passed (resumed after a weight
+    # sync) times out at once
+    if not math.isinf(dl) and (math.isnan(TF[i, BF_DL]) or TF[i, BF_DL] < now):
+        TF[i, BF_DL] = now + max(dl - now, 0.0)
+        push(S, TF[i, BF_DL], i, EV_DEADLINE, TI[i, B_EPOCH])
+
+
+@compiled
 def body_go(S, i, ok):  # noqa: C901 (one branch a resumption point)
     """Run body ``i`` from where it waited (``ok``: its wait ended in time) to its next wait; True
-    when it ended."""
+    when it ended. A training loop's body (``P_LOOP``) has the step engine's hooks too: the gate at
+    a step's start, cancellation there and before each call, the steps generated per version, the
+    prompt's factor, and a turn interrupted at a weight sync resumed after it."""
     TI, TF, GI, P = S[S_TI], S[S_TF], S[S_GI], S[S_P]
     now = S[S_GF][G_NOW]
+    lm = P[P_LOOP] != 0.0
     while True:
         pc = TI[i, B_PC]
         if pc == PC_SETUP:
@@ -93,6 +124,17 @@ def body_go(S, i, ok):  # noqa: C901 (one branch a resumption point)
                     until(S, i, rw, PC_REWARD)
                     return False
                 return end(S, i, OK)
+            if lm and S[S_LLI][L_GATE] != 0:  # the engines train: generation waits for new weights
+                park(S, i, PC_GATED)
+                return False
+            TI[i, B_PC] = PC_GATED
+        elif pc == PC_GATED:
+            s = TI[i, B_S]
+            if lm:
+                LTI = S[S_LTI]
+                if LTI[i, T_CANCEL] != 0:
+                    return end(S, i, CANCELLED)
+                S[S_LGEN][0 if S[S_LLI][L_VERSION] == LTI[i, T_V0] else 1] += 1.0
             TF[i, BF_T0] = now
             turn(S, i, s)
             until(S, i, P[P_OVERHEAD], PC_SUBMIT)
@@ -101,37 +143,54 @@ def body_go(S, i, ok):  # noqa: C901 (one branch a resumption point)
             if not ok:
                 TF[i, BF_LLM] += now - TF[i, BF_T0]
                 return end(S, i, TIMEOUT)
-            r = request(S, i, TI[i, B_TURN], TI[i, B_OUT], TI[i, B_REUSABLE], TI[i, B_FRESH])
-            TI[i, B_REQ], TI[i, B_PC] = r, PC_AWAIT
-            dl = TF[i, BF_DEADLINE]
-            if not math.isinf(dl) and math.isnan(TF[i, BF_DL]):  # one deadline event per body
-                TF[i, BF_DL] = now + max(dl - now, 0.0)
-                push(S, TF[i, BF_DL], i, EV_DEADLINE, TI[i, B_EPOCH])
+            TI[i, B_C], TI[i, B_O] = TI[i, B_TURN], TI[i, B_OUT]
+            submit(S, i)
             return False
         elif pc == PC_AWAIT:
+            r = TI[i, B_REQ]
             if not ok:
-                cancel(S, TI[i, B_REQ])
+                cancel(S, r)
+                if lm:
+                    release(S, r)
                 TF[i, BF_LLM] += now - TF[i, BF_T0]
                 return end(S, i, TIMEOUT)
-            k = GI[J_NTL]
-            TL = S[S_TL]
-            TL[k, 0], TL[k, 1], TL[k, 2], TL[k, 3] = (
-                i,
-                GI[J_BODIES],
-                now - TF[i, BF_T0],
-                S[S_SLLM][TI[i, B_S]],
-            )
-            GI[J_NTL] = k + 1
+            if lm:
+                got, aborted = generated(S, r), S[S_RI][r, R_ABORTED]
+                release(S, r)
+                if aborted != 0 and got < TI[i, B_O]:  # resumed under the new weights: prefilled again
+                    c = TI[i, B_C] + got
+                    TI[i, B_C], TI[i, B_O], TI[i, B_REUSABLE], TI[i, B_FRESH] = c, TI[i, B_O] - got, c, 0
+                    TI[i, B_PC] = PC_RESUME
+                    continue
+            else:
+                k = GI[J_NTL]
+                TL = S[S_TL]
+                TL[k, 0], TL[k, 1], TL[k, 2], TL[k, 3] = (
+                    i,
+                    GI[J_BODIES],
+                    now - TF[i, BF_T0],
+                    S[S_SLLM][TI[i, B_S]],
+                )
+                GI[J_NTL] = k + 1
             TF[i, BF_LLM] += now - TF[i, BF_T0]
             TI[i, B_CTX] = TI[i, B_TURN] + TI[i, B_OUT]
             TI[i, B_J] = 0
             TI[i, B_PC] = PC_CALLS
+        elif pc == PC_RESUME:  # an interrupted turn waits for the new weights, then is sent again
+            if S[S_LLI][L_GATE] != 0:
+                park(S, i, PC_RESUME)
+                return False
+            S[S_LTI][i, T_RESUMED] += 1
+            submit(S, i)
+            return False
         elif pc == PC_CALLS:
             s = TI[i, B_S]
             if TI[i, B_J] < S[S_SCALLS][s]:
                 TI[i, B_K] += 1
                 if TI[i, B_K] == TI[i, B_FAIL]:
                     return end(S, i, LOST)
+                if lm and S[S_LTI][i, T_CANCEL] != 0:
+                    return end(S, i, CANCELLED)
                 d = TI[i, B_DOM]
                 S[S_EX][d] += 1  # Fleet.begin(d, "exec")
                 S[S_OPS][d] += 1
@@ -148,7 +207,10 @@ def body_go(S, i, ok):  # noqa: C901 (one branch a resumption point)
             S[S_OPS][TI[i, B_DOM]] -= 1
             if not ok:
                 return end(S, i, TIMEOUT)
-            until(S, i, S[S_CTOOL][TI[i, B_CALL]], PC_TOOL)
+            tool = S[S_CTOOL][TI[i, B_CALL]]
+            if lm:
+                tool *= S[S_LTASK][i]
+            until(S, i, tool, PC_TOOL)
             return False
         elif pc == PC_TOOL:
             if not ok:
@@ -171,6 +233,7 @@ def start_body(S, i, dom, deadline, fail_call, first_call, now):
     TI[i, B_CALL], TI[i, B_FIRST_CALL] = S[S_COFF][i], first_call
     TI[i, B_K] = TI[i, B_CTX] = TI[i, B_STEPS] = 0
     TI[i, B_DOM], TI[i, B_FAIL], TI[i, B_REQ] = dom, fail_call, -1
+    TI[i, B_C] = TI[i, B_O] = 0
     TF[i, BF_DEADLINE], TF[i, BF_LLM], TF[i, BF_OVER], TF[i, BF_DL] = deadline, 0.0, 0.0, math.nan
     S[S_GI][J_BODIES] += 1
     if S[S_SETUP][i] != 0.0:

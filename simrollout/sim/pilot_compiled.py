@@ -52,6 +52,59 @@ def attach(cell) -> CoSim:
     return co
 
 
+def engine_params(scn) -> np.ndarray:
+    """The engines' and the token workload's parameters (``P_*``) of scenario ``scn``."""
+    inf, tok = scn.cluster.inference, scn.workload.tokens
+    spec, it = inf.engine, inf.engine.iteration
+    P = np.zeros(NP)
+    P[[P_BASE, P_PPT, P_PPA, P_PD, P_PCT]] = it.base, it.per_prefill_token, it.per_prefill_attention, \
+        it.per_decode, it.per_context_token  # fmt: skip
+    if it.per_cached_attention is not None:
+        P[P_PCA], P[P_HAS_PCA] = it.per_cached_attention, 1.0
+    P[P_BELOW] = it.cached_attention_below or 0
+    P[P_KV], P[P_MAX_RUN], P[P_MAX_BATCH] = spec.kv_capacity_tokens, spec.max_running, spec.max_batch_tokens
+    P[P_OVERHEAD], P[P_MAX_CTX], P[P_MAX_TOK] = spec.overhead, tok.max_context or 0, tok.max_tokens or 0
+    P[P_STICKY], P[P_PREFIX] = inf.routing == "sticky", inf.prefix_cache
+    return P
+
+
+def work_arrays(w, cover: np.ndarray) -> tuple:
+    """The workload's per-step detail (``FIELDS``, then the calls' exec overheads ``cover``)."""
+    floats = ("step_llm", "call_tool", "setup", "reward")
+    return (*(np.ascontiguousarray(getattr(w, f), dtype=np.float64 if f in floats else np.int64)
+              for f in FIELDS), cover)  # fmt: skip
+
+
+def build_state(P, E, n, nr, qc, heap, work, domains, metrics, loop) -> tuple:
+    """The compiled serving state ``S`` (:mod:`.pilot_state`): ``E`` engines, ``n`` bodies, ``nr``
+    request ids, engine queues of ``qc``, a heap of ``heap``, the per-step detail ``work``, the
+    fleet's arrays per domain ``domains``, ``metrics`` requests' figures; ``loop``: a training
+    loop's arrays (S_LLI to S_WORKER), else one-element ones."""
+    GI = np.zeros(NJ, dtype=np.int64)
+    EI = np.zeros((E, NEI), dtype=np.int64)
+    EI[:, E_HEAD] = EI[:, E_TAIL] = -1
+    i1 = np.zeros(1, dtype=np.int64)
+    if loop is None:
+        loop = (i1, np.zeros((1, 5), dtype=np.int64), np.zeros(2), np.ones(1), i1, i1, i1)
+    tl = np.zeros((metrics if P[P_LOOP] == 0.0 else 1, 4))
+    return (
+        np.zeros(4), GI, P,
+        np.zeros(heap), np.zeros(heap, dtype=np.int64), np.zeros(heap, dtype=np.int64),
+        np.zeros(heap, dtype=np.int64),
+        EI, np.zeros((E, NEF)),
+        *(np.zeros((E, qc), dtype=np.int64) for _ in range(5)),
+        np.full((E, n), -1, dtype=np.int64), np.full((E, n), -1, dtype=np.int64),
+        np.zeros((E, n), dtype=np.int64),
+        np.full(n, -1, dtype=np.int64), np.zeros(E, dtype=np.int64),
+        np.zeros((nr, NRI), dtype=np.int64), np.zeros((nr, NRF)),
+        np.zeros((n, NBI), dtype=np.int64), np.zeros((n, NBF)),
+        *work,
+        *domains,
+        np.zeros(metrics), np.zeros(metrics), np.zeros(metrics), np.zeros(metrics), tl,
+        *loop,
+    )  # fmt: skip
+
+
 class CoSim:
     """The compiled side of a pilot cell: its state, the bodies' handover and the run's loop."""
 
@@ -59,25 +112,12 @@ class CoSim:
         self.cell, self.env = cell, cell.env
         scn, w, fleet = cell.scn, cell.work, cell.fleet
         inf = scn.cluster.inference
-        spec, it, tok = inf.engine, inf.engine.iteration, scn.workload.tokens
         n, E = w.n, inf.engines
         # the fleet's counts become arrays both sides change in place
         fleet.ops = np.array(fleet.ops, dtype=np.int64)
         fleet.by_phase = {ph: np.array(v, dtype=np.int64) for ph, v in fleet.by_phase.items()}
         fleet.exec_load = np.array(fleet.exec_load, dtype=np.float64)
-        P = np.zeros(NP)
-        P[[P_BASE, P_PPT, P_PPA, P_PD, P_PCT]] = it.base, it.per_prefill_token, it.per_prefill_attention, \
-            it.per_decode, it.per_context_token  # fmt: skip
-        if it.per_cached_attention is not None:
-            P[P_PCA], P[P_HAS_PCA] = it.per_cached_attention, 1.0
-        P[P_BELOW] = it.cached_attention_below or 0
-        P[P_KV], P[P_MAX_RUN], P[P_MAX_BATCH] = (
-            spec.kv_capacity_tokens,
-            spec.max_running,
-            spec.max_batch_tokens,
-        )
-        P[P_OVERHEAD], P[P_MAX_CTX], P[P_MAX_TOK] = spec.overhead, tok.max_context or 0, tok.max_tokens or 0
-        P[P_STICKY], P[P_PREFIX] = inf.routing == "sticky", inf.prefix_cache
+        P = engine_params(scn)
         c = scn.substrates[0].contention
         P[P_SLOPE] = float(c.exec)
         if fleet._w is not None:
@@ -86,32 +126,10 @@ class CoSim:
         P[P_BG], P[P_N] = fleet.bg, n
         steps = int(np.asarray(w.steps).sum())
         nr = steps * (1 + scn.policy.retries) + 1
-        heap = 8 * n + 64 * E + 1024
-        qc = n + 1
-        GI = np.zeros(NJ, dtype=np.int64)
-        EI = np.zeros((E, NEI), dtype=np.int64)
-        EI[:, E_HEAD] = EI[:, E_TAIL] = -1
-        work = [np.ascontiguousarray(getattr(w, f), dtype=np.float64 if f in ("step_llm", "call_tool",
-                "setup", "reward") else np.int64) for f in FIELDS]  # fmt: skip
-        self.S = (
-            np.zeros(4), GI, P,
-            np.zeros(heap), np.zeros(heap, dtype=np.int64), np.zeros(heap, dtype=np.int64),
-            np.zeros(heap, dtype=np.int64),
-            EI, np.zeros((E, NEF)),
-            np.zeros((E, qc), dtype=np.int64), np.zeros((E, qc), dtype=np.int64),
-            np.zeros((E, qc), dtype=np.int64), np.zeros((E, qc), dtype=np.int64),
-            np.zeros((E, qc), dtype=np.int64),
-            np.full((E, n), -1, dtype=np.int64), np.full((E, n), -1, dtype=np.int64),
-            np.zeros((E, n), dtype=np.int64),
-            np.full(n, -1, dtype=np.int64), np.zeros(E, dtype=np.int64),
-            np.zeros((nr, NRI), dtype=np.int64), np.zeros((nr, NRF)),
-            np.zeros((n, NBI), dtype=np.int64), np.zeros((n, NBF)),
-            *work,
-            np.zeros(1),  # the chunk's call overheads, set when its first body starts
-            fleet.ops, fleet.by_phase["create"], fleet.by_phase["exec"], fleet.by_phase["teardown"],
-            fleet.exec_load,
-            np.zeros(nr), np.zeros(nr), np.zeros(nr), np.zeros(nr), np.zeros((nr, 4)),
-        )  # fmt: skip
+        work = work_arrays(w, np.zeros(1))  # the chunk's call overheads, set when its first body starts
+        domains = (fleet.ops, fleet.by_phase["create"], fleet.by_phase["exec"], fleet.by_phase["teardown"],
+                   fleet.exec_load)  # fmt: skip
+        self.S = build_state(P, E, n, nr, n + 1, 8 * n + 64 * E + 1024, work, domains, nr, None)
         self.waiting: dict[int, tuple] = {}  # body -> (its SimPy event, its start)
         self._cover = False
         self.tier = CompiledTier(self)
@@ -185,6 +203,15 @@ class CompiledTier:
     @property
     def busy_seconds(self) -> float:
         return sum(self.co.S[S_EF][:, EF_BUSY].tolist())
+
+    @property
+    def utilised_seconds(self) -> float:
+        """``ServingTier.utilised_seconds``: the KV cache held by running requests, integrated."""
+        from .pilot_bodies import mark_all
+
+        S = self.co.S
+        mark_all(S, self.co.env.now)
+        return sum(S[S_EF][:, EF_AH].tolist()) / self.spec.engine.kv_capacity_tokens
 
     @property
     def requests(self) -> int:

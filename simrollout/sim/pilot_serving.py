@@ -148,15 +148,19 @@ def wake(S, e):
 def request(S, traj, context, output, reusable, fresh):
     """Send a turn to an engine (sticky to its prefix's engine, else the least loaded); its id."""
     GI, RI, RF, EI, P = S[S_GI], S[S_RI], S[S_RF], S[S_EI], S[S_P]
-    r = GI[J_NREQ]
-    if r >= RI.shape[0] - 1:  # more requests than an attempt has steps: never (the run stops)
-        GI[J_ERR] = 2
+    if GI[J_NFREE] > 0:  # a training loop's: an id its body is done with
+        GI[J_NFREE] -= 1
+        r = S[S_FREE][GI[J_NFREE]]
     else:
-        GI[J_NREQ] = r + 1
+        r = GI[J_NREQ]
+        if r >= RI.shape[0] - 1:  # more requests than an attempt has steps: never (the run stops)
+            GI[J_ERR] = 2
+        else:
+            GI[J_NREQ] = r + 1
     RI[r, R_TRAJ], RI[r, R_CONTEXT], RI[r, R_OUTPUT] = traj, max(context, 1), output
     RI[r, R_REUSABLE], RI[r, R_FRESH] = reusable, fresh
     RI[r, R_REUSE] = RI[r, R_PREFILL] = RI[r, R_DECODE] = RI[r, R_CTX] = 0
-    RI[r, R_BLOCKED] = RI[r, R_DONE] = 0
+    RI[r, R_BLOCKED] = RI[r, R_DONE] = RI[r, R_ABORTED] = 0
     RF[r, RF_ARRIVAL] = S[S_GF][G_NOW]
     RF[r, RF_ADMITTED] = RF[r, RF_FIRST] = RF[r, RF_END] = math.nan
     e = S[S_HOME][traj] if P[P_STICKY] != 0.0 else -1
@@ -209,8 +213,107 @@ def cancel(S, r):
             remove_running(S, e, r)
             EI[e, E_HELD] -= RI[r, R_CONTEXT] + RI[r, R_OUTPUT]
             RI[r, R_ENGINE] = -1
+            forget(S, e, r)
             wake(S, e)
             return
+
+
+@compiled
+def forget(S, e, r):
+    """Take a cancelled request out of the iteration in progress (which skips it as it ends; out
+    of it, its id can be reused at once)."""
+    EI, BD, BA, BT = S[S_EI], S[S_BD], S[S_BA], S[S_BT]
+    m = 0
+    for j in range(EI[e, E_NB]):
+        if BD[e, j] != r:
+            BD[e, m] = BD[e, j]
+            m += 1
+    EI[e, E_NB] = m
+    m = 0
+    for j in range(EI[e, E_NA]):
+        if BA[e, j] != r:
+            BA[e, m], BT[e, m] = BA[e, j], BT[e, j]
+            m += 1
+    EI[e, E_NA] = m
+
+
+@compiled
+def release(S, r):
+    """A training loop's body is done with request ``r``: its id can be reused."""
+    GI = S[S_GI]
+    S[S_FREE][GI[J_NFREE]] = r
+    GI[J_NFREE] += 1
+
+
+@compiled
+def generated(S, r):
+    """Output tokens request ``r`` generated so far (the prefill's iteration yields the first)."""
+    if math.isnan(S[S_RF][r, RF_FIRST]):
+        return 0
+    return S[S_RI][r, R_OUTPUT] - S[S_RI][r, R_DECODE]
+
+
+@compiled
+def abort(S, r):
+    """Interrupt request ``r`` at a weight sync (``ServingTier.abort``): a waiting one leaves at
+    once, a running one at the end of the iteration in progress (:func:`reap`)."""
+    RI, EI, WQ = S[S_RI], S[S_EI], S[S_WQ]
+    e = RI[r, R_ENGINE]
+    if e < 0 or RI[r, R_DONE] != 0 or RI[r, R_ABORTED] != 0:
+        return
+    RI[r, R_ABORTED] = 1
+    EI[e, E_ABORTS] += 1
+    qc = WQ.shape[1]
+    h, m = EI[e, E_QH], EI[e, E_QN]
+    for j in range(m):
+        if WQ[e, (h + j) % qc] == r:
+            for q in range(j, m - 1):
+                WQ[e, (h + q) % qc] = WQ[e, (h + q + 1) % qc]
+            EI[e, E_QN] = m - 1
+            S[S_RF][r, RF_END] = S[S_GF][G_NOW]
+            RI[r, R_DONE] = 1
+            traj = RI[r, R_TRAJ]
+            push(S, S[S_GF][G_NOW], traj, EV_DONE, S[S_TI][traj, B_EPOCH])
+            return
+    wake(S, e)
+
+
+@compiled
+def reap(S, e):
+    """After an iteration: the running requests aborted meanwhile leave, their tokens out kept."""
+    EI, RI, RUN = S[S_EI], S[S_RI], S[S_RUN]
+    if EI[e, E_ABORTS] == 0:  # none ever (only a training loop's weight syncs abort)
+        return
+    now = S[S_GF][G_NOW]
+    j = 0
+    while j < EI[e, E_NRUN]:
+        r = RUN[e, j]
+        if RI[r, R_ABORTED] == 0:
+            j += 1
+            continue
+        mark(S, e)
+        remove_running(S, e, r)
+        EI[e, E_HELD] -= RI[r, R_CONTEXT] + RI[r, R_OUTPUT]
+        S[S_RF][r, RF_END] = now
+        S[S_GI][J_DECODE] += max(generated(S, r) - 1, 0)
+        RI[r, R_DONE] = 1
+        traj = RI[r, R_TRAJ]
+        push(S, now, traj, EV_DONE, S[S_TI][traj, B_EPOCH])
+
+
+@compiled
+def clear_prefix_cache(S):
+    """New weights: every engine's idle prefixes are dropped (``ServingTier.clear_prefix_cache``)."""
+    EI, LP, LN, LT = S[S_EI], S[S_LP], S[S_LN], S[S_LT]
+    for e in range(EI.shape[0]):
+        mark(S, e)
+        t = EI[e, E_HEAD]
+        while t >= 0:
+            q = LN[e, t]
+            LP[e, t], LN[e, t], LT[e, t] = -1, -1, 0
+            t = q
+        EI[e, E_HEAD] = EI[e, E_TAIL] = -1
+        EI[e, E_CACHED] = 0
 
 
 @compiled
@@ -401,9 +504,11 @@ def on_engine(S, e, kind):
                 RI[r, R_DECODE] = RI[r, R_OUTPUT] - 1
                 if RI[r, R_DECODE] == 0:
                     finish(S, e, r)
+        reap(S, e)
         go(S, e, False)
     elif kind == EV_RUNEND or kind == EV_TAIL:
         step(S, e, EI[e, E_K], now - EF[e, EF_START])
+        reap(S, e)
         go(S, e, False)
     elif kind == EV_INTR:  # a request came: stop at the next boundary
         start, t0, slope = EF[e, EF_START], EF[e, EF_T0], EF[e, EF_SLOPE]

@@ -26,24 +26,32 @@ S_CTOOL, S_COFF, S_PROMPT, S_SETUP, S_REWARD, S_COVER = 28, 29, 30, 31, 32, 33  
 # in flight, of them creates, execs and teardowns, and running bodies' expected execs
 S_OPS, S_CR, S_EX, S_TD, S_XL = 34, 35, 36, 37, 38
 S_KVW, S_LAT, S_TTFT, S_TPOT, S_TL = 39, 40, 41, 42, 43  # metrics: per request; the turns' log
+# a training loop's bodies (.compiled_tokens; one-element arrays in a pilot): the compiled loop's own
+# loop integers (the gate, the version), each trajectory's loop integers (cancelled, start version,
+# turns resumed), steps generated under the start version or a newer one, each trajectory's prompt
+# factor; the bodies parked at the closed gate, the request ids free for reuse, each body's worker
+S_LLI, S_LTI, S_LGEN, S_LTASK, S_PARK, S_FREE, S_WORKER = 44, 45, 46, 47, 48, 49, 50
+NS = 51
 
 # ------------------------------------------------------------ global floats and integers
 G_NOW, G_REPREFILL_S = 0, 1
 J_BODIES, J_NREQ, J_NTL, J_NFIN, J_NTPOT, J_ERR = 3, 4, 5, 6, 7, 8
 J_REQUESTS, J_QUEUED, J_EVICTED, J_COMPACTED, J_PREFILL, J_DECODE = 9, 10, 11, 12, 13, 14
 J_REUSABLE, J_REUSED, J_REPREFILLED, J_ENDED = 15, 16, 17, 18
-NJ = 20
+J_NPARK, J_NFREE = 19, 20  # bodies parked at the gate; free request ids (a training loop's)
+NJ = 22
 
 # ------------------------------------------------------------ parameters
 P_BASE, P_PPT, P_PPA, P_PCA, P_HAS_PCA, P_BELOW, P_PD, P_PCT = 0, 1, 2, 3, 4, 5, 6, 7
 P_KV, P_MAX_RUN, P_MAX_BATCH, P_OVERHEAD = 8, 9, 10, 11
 P_MAX_CTX, P_MAX_TOK, P_STICKY, P_PREFIX = 12, 13, 14, 15
 P_SLOPE, P_WEIGHTED, P_WC, P_WE, P_WT, P_BG, P_N = 16, 17, 18, 19, 20, 21, 22
+P_LOOP = 23  # the bodies are a training loop's (.compiled_tokens): its hooks, request ids reused
 NP = 24
 
 # ------------------------------------------------------------ an engine's columns
 E_STATE, E_EPOCH, E_WAKE, E_NRUN, E_QH, E_QN, E_HEAD, E_TAIL = 0, 1, 2, 3, 4, 5, 6, 7
-E_ITERS, E_NB, E_NA, E_K, E_HELD, E_CACHED, E_PEAK = 8, 9, 10, 11, 12, 13, 14
+E_ITERS, E_NB, E_NA, E_K, E_HELD, E_CACHED, E_PEAK, E_ABORTS = 8, 9, 10, 11, 12, 13, 14, 15
 NEI = 16
 EF_BUSY, EF_T, EF_AH, EF_AU, EF_START, EF_T0, EF_SLOPE, EF_RUN, EF_DT = 0, 1, 2, 3, 4, 5, 6, 7, 8
 NEF = 10
@@ -52,7 +60,8 @@ IDLE, PREFILL, DECODE, TAIL = 0, 1, 2, 3  # what an engine is doing
 # ------------------------------------------------------------ a request's columns
 R_TRAJ, R_CONTEXT, R_OUTPUT, R_REUSABLE, R_FRESH, R_REUSE = 0, 1, 2, 3, 4, 5
 R_PREFILL, R_DECODE, R_CTX, R_ENGINE, R_BLOCKED, R_DONE = 6, 7, 8, 9, 10, 11
-NRI = 12
+R_ABORTED = 12  # interrupted at a weight sync (a training loop's at_sync: interrupt)
+NRI = 13
 RF_ARRIVAL, RF_ADMITTED, RF_FIRST, RF_END = 0, 1, 2, 3
 NRF = 4
 
@@ -60,12 +69,14 @@ NRF = 4
 B_EPOCH, B_PC, B_S, B_SEND, B_CALL, B_K, B_CTX, B_STEPS = 0, 1, 2, 3, 4, 5, 6, 7
 B_DOM, B_FAIL, B_REQ, B_OUT, B_J, B_STATUS, B_FIRST_CALL = 8, 9, 10, 11, 12, 13, 14
 B_REUSABLE, B_FRESH, B_TURN = 15, 16, 17  # the turn's request: reusable tokens, compacted, its context
-NBI = 18
+B_C, B_O = 18, 19  # the request in flight: its context and output (resumed: what is left)
+NBI = 20
 BF_DEADLINE, BF_T0, BF_TOVER, BF_LLM, BF_OVER, BF_DL = 0, 1, 2, 3, 4, 5
 NBF = 6
 # where a body resumes
 PC_SETUP, PC_STEP, PC_SUBMIT, PC_AWAIT, PC_CALLS = 0, 1, 2, 3, 4
 PC_OVER, PC_TOOL, PC_REWARD, PC_END = 5, 6, 7, 8
+PC_GATED, PC_RESUME = 9, 10  # a training loop's: a step's start past the gate; an interrupted turn's resume
 
 # ------------------------------------------------------------ event kinds (the heap's k & 15)
 # a body's: its wait ended in time, or at the deadline; its request is done; its deadline

@@ -75,7 +75,7 @@ class LoopResults:
 
     def _engine_busy(self) -> float:
         """Engine seconds generating: the tier's at step fidelity, else the cell's estimate."""
-        return self.cell.tier.busy_seconds if self.cell.step else self.cell.gpu_busy_seconds()
+        return self.cell.tier.busy_seconds if self.cell.exact_tier else self.cell.gpu_busy_seconds()
 
     def _engines(self) -> int:
         inf = self.cell.scn.cluster.inference
@@ -90,7 +90,7 @@ class LoopResults:
         """Training metrics of the cell (docs/model.md); ``gen_used_seconds``: the engines'
         seconds in use (their tier's ``utilised_seconds``)."""
         tr, nan = self.tr, math.nan
-        if not self.cell.step:  # the engines' busy time as estimated at trajectory fidelity
+        if not self.cell.exact_tier:  # the engines' busy time as estimated at trajectory fidelity
             gen_used_seconds = self._engine_busy()
         rows = self.step_table()
         done = len(rows)

@@ -317,7 +317,7 @@ def work_bytes(scn: Scenario) -> float:
     """Bytes of one replication's workload arrays (per-step detail at step fidelity)."""
     wl, n = scn.workload, scn.trajectories
     per = 40.0  # steps, calls (int32) and four float64 sums
-    if resolved_engine(scn).per_step:
+    if resolved_engine(scn).draws_steps(scn):
         steps = min(wl.steps.mean(), wl.max_turns or math.inf)
         per += 16 + steps * (16 + wl.calls_per_step.mean() * 16)  # offsets; per step; per call
     return n * per

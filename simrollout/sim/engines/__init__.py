@@ -15,8 +15,7 @@ from dataclasses import dataclass
 class Engine:
     """One engine. ``per_step``: its workload keeps every step's detail and its bodies run every
     LLM and tool call as events; ``cell``: the engine whose cell (bodies, draws) it builds;
-    ``compiled``: the cell's trajectories run through the compiled loop; ``pilot``: a token
-    workload's serving engines come from a step-engine pilot (an engine without per-step bodies)."""
+    ``compiled``: the cell's trajectories run through the compiled loop."""
 
     name: str
     covers: str
@@ -29,9 +28,16 @@ class Engine:
         if not self.cell:
             object.__setattr__(self, "cell", self.name)
 
-    @property
-    def pilot(self) -> bool:
-        return not self.per_step
+    def draws_steps(self, scn) -> bool:
+        """Whether scenario ``scn``'s workload keeps every step's detail on this engine: the step
+        engine's, and a training loop on a token workload in the compiled engine (its bodies run
+        every turn on compiled serving engines, sim/compiled_tokens.py)."""
+        return self.per_step or (self.compiled and scn.training is not None and scn.workload.tokens is not None)
+
+    def pilots(self, scn) -> bool:
+        """Whether ``scn``'s serving engines come from a step-engine pilot (a token workload on
+        an engine without per-step bodies)."""
+        return scn.workload.tokens is not None and not self.draws_steps(scn)
 
     def gaps(self, scn) -> str | None:
         """What of scenario ``scn`` this engine does not cover, else None: the compiled engine's
