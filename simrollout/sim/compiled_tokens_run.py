@@ -39,8 +39,8 @@ class TokenRun(CompiledRun):
         loop = (S[L.S_LI], S[L.S_TI], S[L.S_GENC], S[L.S_TASK], i1, np.zeros(nr, dtype=np.int64),
                 np.full(n, -1, dtype=np.int64))  # fmt: skip
         turns = int(np.asarray(w.steps).sum())
-        self.V = build_state(P, E, n, nr, c + 1, 8 * c + 64 * E + 1024,
-                             work_arrays(w, cover.astype(np.float64)), domains, turns + 4096, loop)  # fmt: skip
+        work = work_arrays(w, cover.astype(np.float64))
+        self.V = build_state(P, E, n, nr, c + 1, 8 * c + 64 * E + 1024, work, domains, turns + 4096, loop)
         cell.tier = CompiledTier(SimpleNamespace(S=self.V, env=self, cell=cell))
         cell.metrics.attach(cell.tier.report)
         cell.cosim = self
@@ -68,7 +68,8 @@ class TokenRun(CompiledRun):
             for k in (PV.S_HT, PV.S_HS, PV.S_HW, PV.S_HK):
                 grown[k] = np.concatenate([V[k], np.zeros(size, V[k].dtype)])
         m = V[PV.S_KVW].size
-        if max(gi[PV.J_REQUESTS], gi[PV.J_NFIN]) > m - V[PV.S_EI].shape[0] * int(V[PV.S_P][PV.P_MAX_RUN]) - 64:
+        room = m - V[PV.S_EI].shape[0] * int(V[PV.S_P][PV.P_MAX_RUN]) - 64  # (compiled_tokens.run's)
+        if max(gi[PV.J_REQUESTS], gi[PV.J_NFIN]) > room:
             for k in (PV.S_KVW, PV.S_LAT, PV.S_TTFT, PV.S_TPOT):
                 grown[k] = np.concatenate([V[k], np.zeros(m)])
         self.V = tuple(grown)

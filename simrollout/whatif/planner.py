@@ -310,7 +310,8 @@ def makespan_floor(scn: Scenario, concurrency: int, n_full: int, jobs: int | Non
     simulation then reuses."""
     from ..sim.route import resolved_engine
 
-    work = work_for(scn, 0, resolved_engine(scn).draws_steps(scn), jobs or os.cpu_count() or 1, scn.substrates[0])
+    detail = resolved_engine(scn).draws_steps(scn)
+    work = work_for(scn, 0, detail, jobs or os.cpu_count() or 1, scn.substrates[0])
     own = work.setup + work.llm + work.tool + work.reward
     if scn.policy.timeout:
         own = np.minimum(own, scn.policy.timeout)

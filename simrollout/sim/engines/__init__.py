@@ -32,7 +32,8 @@ class Engine:
         """Whether scenario ``scn``'s workload keeps every step's detail on this engine: the step
         engine's, and a training loop on a token workload in the compiled engine (its bodies run
         every turn on compiled serving engines, sim/compiled_tokens.py)."""
-        return self.per_step or (self.compiled and scn.training is not None and scn.workload.tokens is not None)
+        loop_on_tokens = scn.training is not None and scn.workload.tokens is not None
+        return self.per_step or (self.compiled and loop_on_tokens)
 
     def pilots(self, scn) -> bool:
         """Whether ``scn``'s serving engines come from a step-engine pilot (a token workload on
