@@ -62,8 +62,8 @@ def on_end(S, V, w, now):
     GI[J_NOFF] += 1
     g, wt = TF[i, PV.BF_LLM], now - WF[F_BT0]
     GEN[i, 0], GEN[i, 1], GEN[i, 2] = WF[F_BT0], now, g / wt if wt > 0 else 0.0
-    WI[I_STATUS], WF[F_LLMB], WI[I_STEPS], WF[F_OVER] = TI[i, PV.B_STATUS], g, TI[i, PV.B_STEPS], TF[i, PV.BF_OVER]
-    WF[F_RT] = wt  # busy
+    WI[I_STATUS], WI[I_STEPS] = TI[i, PV.B_STATUS], TI[i, PV.B_STEPS]
+    WF[F_LLMB], WF[F_OVER], WF[F_RT] = g, TF[i, PV.BF_OVER], wt  # (F_RT: busy)
     return K_TD
 
 
