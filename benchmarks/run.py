@@ -3,6 +3,7 @@
     python benchmarks/run.py            # everything (about 10 minutes on 2 cores)
     python benchmarks/run.py --quick    # smaller sizes, for a smoke check
     python benchmarks/run.py --streamed 10000000 100000000   # one substrate vs the numpy floor
+    python benchmarks/run.py --compiled-training --only train_tokens   # compiled vs step, training rows
 
 Times are medians of ``--repeat`` runs; peak RSS sums the whole process tree (the parallel cells
 included), sampled every 50 ms. Machines here are shared and noisy: compare ratios within one run.
@@ -149,6 +150,20 @@ def fidelity_matrix(trajectories: int, steps: int, only: str = "") -> list[dict]
     return rows
 
 
+def compiled_training(only: str = "") -> list[dict]:
+    """The compiled engine against the step engine on the training rows it covers (whose name
+    contains ``only``; each row's own size), as the table docs/fidelity.md records."""
+    from simrollout.validation.fidelity import compare, compiled_rows
+
+    rows = []
+    for row in (r for r in compiled_rows() if r.regime == "training" and only in r.name):
+        c = compare(row, fast="compiled")
+        rows.append({**c.as_dict(), "step_wall_s": round(c.step_seconds, 2),
+                     "trajectory_wall_s": round(c.fast_seconds, 2)})  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def matrix_markdown(rows: list[dict]) -> str:
     """The matrix as the table recorded in docs/performance.md."""
     from simrollout.validation import fidelity_training
@@ -270,6 +285,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--fidelity", action="store_true", help="only the fidelity matrix, as markdown")
     ap.add_argument("--streamed", type=int, nargs="*", help="one-substrate runs, and the numpy floor")
+    ap.add_argument("--compiled-training", action="store_true",
+                    help="only the compiled engine's training rows, as markdown")  # fmt: skip
     ap.add_argument("--trajectories", type=int, default=6_000, help="per matrix row")
     ap.add_argument("--steps", type=int, default=30, help="per trajectory, in the matrix")
     ap.add_argument("--only", default="", help="matrix rows whose name contains this (e.g. tokens)")
@@ -283,6 +300,9 @@ def main() -> None:
         return
     if args.fidelity:
         print(matrix_markdown(fidelity_matrix(args.trajectories, args.steps, args.only)))
+        return
+    if args.compiled_training:
+        print(matrix_markdown(compiled_training(args.only)))
         return
     n_cmp = 1_000 if args.quick else args.trajectories
     sections = {

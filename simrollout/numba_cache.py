@@ -48,7 +48,9 @@ def use_user_cache_dir() -> str:
     return folder
 
 
-def loop_cached() -> bool:
-    """Whether numba's cache holds the compiled engine's loop (without importing numba)."""
+def loop_cached(tokens: bool = False) -> bool:
+    """Whether numba's cache holds the compiled engine's loop (``tokens``: and a training loop's
+    on serving engines), without importing numba."""
     folder = os.environ.get("NUMBA_CACHE_DIR")
-    return folder is not None and any(Path(folder).glob("sim_*/compiled_loop.run-*.nbi"))
+    names = ["compiled_loop.run"] + ["compiled_tokens.run_training"] * tokens
+    return folder is not None and all(any(Path(folder).glob(f"sim_*/{f}-*.nbi")) for f in names)

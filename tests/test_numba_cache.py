@@ -126,3 +126,6 @@ def test_loop_cached_reads_numbas_index_of_the_loop(tmp_path, monkeypatch):
     assert not numba_cache.loop_cached()
     (tmp_path / "sim_0a1b" / "compiled_loop.run-84.py311.nbi").touch()
     assert numba_cache.loop_cached()
+    assert not numba_cache.loop_cached(tokens=True)  # a token loop's entry is compiled apart
+    (tmp_path / "sim_0a1b" / "compiled_tokens.run_training-160.py311.nbi").touch()
+    assert numba_cache.loop_cached(tokens=True)

@@ -215,15 +215,16 @@ def _compile_first(pool: ProcessPoolExecutor, scenarios, tasks):
     cell process then loads it: compiled once, where each cell process would compile the same
     loop at once (about 56 s of CPU each). None when no cell uses it or it is cached already."""
     compiled = [scenarios[i] for i, _ in tasks if resolved_engine(scenarios[i]).compiled]
-    if not compiled or numba_cache.loop_cached():
+    tokens = any(s.training is not None and s.workload.tokens is not None for s in compiled)
+    if not compiled or numba_cache.loop_cached(tokens):
         return None
-    return pool.submit(_compile_loop, any(s.training is not None for s in compiled))
+    return pool.submit(_compile_loop, any(s.training is not None for s in compiled), tokens)
 
 
-def _compile_loop(training: bool) -> float:
+def _compile_loop(training: bool, tokens: bool) -> float:
     from ..sim.compiled import compile_loop
 
-    return compile_loop(training=training)
+    return compile_loop(training=training, tokens=tokens)
 
 
 def _forget_unfinished() -> None:

@@ -371,21 +371,30 @@ def example_state() -> tuple:
     return tuple(one[k] for k in _KINDS.split())
 
 
-def compile_loop(S=None, training: bool = False) -> float:
-    """Compile the loop (and ``training``: a training loop's entry) for the state ``S``'s types
-    (default: :func:`example_state`'s), or load it from numba's cache (``cache=True``), once in
-    this process: the seconds it took, 0 once done. On a fresh install a run's pool compiles it
-    while the pilots run (:mod:`simrollout.run.executors`) and each cell process loads it: compiled
-    once, not once in each cell process at the same time."""
+def compile_loop(S=None, training: bool = False, tokens: bool = False, V=None) -> float:
+    """Compile the loop (and ``training``: a training loop's entry; ``tokens``: a training loop's on
+    serving engines, with the serving state ``V``) for the state ``S``'s types (default:
+    :func:`example_state`'s, :func:`.compiled_tokens_run.example_serving_state`'s), or load it
+    from numba's cache (``cache=True``), once in this process: the seconds it took, 0 once done.
+    On a fresh install a run's pool compiles it while the pilots run
+    (:mod:`simrollout.run.executors`) and each cell process loads it: compiled once, not once in
+    each cell process at the same time."""
+    from . import compiled_tokens as T
+
     i8 = numba.int64
     entries = [(L.run, ()), (L.schedule, (numba.float64, i8, i8)), (L.batch, (i8,))]
-    todo = [(f, args) for f, args in entries + [(L.run_training, ())] * training if not f.signatures]
+    entries += [(L.run_training, ())] * training + [(T.run_training, None)] * tokens
+    todo = [(f, args) for f, args in entries if not f.signatures]
     if not todo:
         return 0.0
     t0 = time.perf_counter()
     _say_if_compiling()
     sig = numba.typeof(tuple(S) if S is not None else example_state())
     for f, args in todo:
+        if args is None:  # the token loop's entry: both states
+            from .compiled_tokens_run import example_serving_state
+
+            args = (numba.typeof(V if V is not None else example_serving_state()),)
         f.compile((sig, *args))
     # with the compile the run's pool made for its cells, told by the first cell it loads in
     return time.perf_counter() - t0 + numba_cache.COMPILED.pop("seconds", 0.0)
@@ -412,7 +421,8 @@ def run_compiled(cell) -> Records | None:
         run = TokenRun(cell, training)
     else:
         run = CompiledRun(cell, training)
-    cell.compile_seconds = compile_loop(run.S, training is not None)
+    V = getattr(run, "V", None)  # a token loop's serving state
+    cell.compile_seconds = compile_loop(run.S, training is not None, V is not None, V)
     run.start()
     run.loop()
     run.finish()

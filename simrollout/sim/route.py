@@ -146,6 +146,8 @@ def _training_rows_of(scn: Scenario) -> list[str]:
         names.append(f"{tr.mode}/{loaded}/train_dynamic")
     if tr.at_sync == "interrupt":
         names.append(f"{tr.mode}/{loaded}/train_interrupt")
+    if scn.workload.tokens is not None:
+        names.append(f"{tr.mode}/{loaded}/train_tokens")
     if tr.train_time.kind == "flops" or tr.weight_sync_time.kind == "transfer":
         names.append(f"sync/{loaded}/train_physics")
     if tr.mode == "sync" and (tr.sync_every > 1 or tr.update_groups < tr.prompts_per_step):
@@ -156,17 +158,20 @@ def _training_rows_of(scn: Scenario) -> list[str]:
     return names
 
 
-INTERRUPT = "at_sync 'interrupt' (turns interrupted at a weight sync)"  # beyond the trajectory engine
+# beyond the trajectory engine, within the compiled engine's rows
+INTERRUPT = "at_sync 'interrupt' (turns interrupted at a weight sync)"
+TOKENS = "serving engines (a token workload)"
 
 
-def _missing(scn: Scenario) -> str | None:
-    """The first way ``scn``'s loop goes beyond the training rows, else None."""
+def _missing(scn: Scenario, covered: tuple[str, ...] = ()) -> str | None:
+    """The first way ``scn``'s loop goes beyond the training rows (but ``covered``), else None."""
     tr = scn.training
-    if scn.workload.tokens is not None:
-        return "serving engines (a token workload)"
+    if scn.workload.tokens is not None and TOKENS not in covered:
+        return TOKENS
     if tr.mode != "sync" and (tr.over_sampling or tr.dynamic_sampling is not None):
         return f"over-sampling or dynamic sampling in mode '{tr.mode}'"
-    if tr.at_sync == "interrupt":  # the trajectory engine's bodies run a turn to its end
+    # the trajectory engine's bodies run a turn to its end
+    if tr.at_sync == "interrupt" and INTERRUPT not in covered:
         return INTERRUPT
     if tr.mode == "one_step_off" and not tr.partial_rollouts:
         return "one_step_off without partial rollouts"
@@ -191,11 +196,17 @@ def training_route(scn: Scenario, steps: float) -> tuple[str, str]:
     """What ``fidelity: auto`` runs for a training loop of ``steps`` simulated steps, and why."""
     if steps <= 2e5:
         return STEP.name, f"auto: {steps:,.0f} steps, small enough to simulate every step"
-    beyond = _missing(scn)
-    if beyond is not None and not (beyond == INTERRUPT and compiled_route(scn)):  # the compiled rows back it
+    compiled = compiled_route(scn)
+    beyond = _missing(scn, (INTERRUPT, TOKENS) if compiled else ())  # the compiled rows back those
+    if beyond is not None:
         return (
             STEP.name,
             f"auto: the training loop with {beyond} runs on the step engine (no fidelity-matrix row)",
+        )
+    if scn.workload.tokens is not None:  # its bodies on the compiled serving engines
+        return COMPILED.name, (
+            f"auto: {steps:,.0f} steps; the training loop in mode '{scn.training.mode}' on serving "
+            f"engines, on {compiled}"
         )
     if row_of(scn)[1] in TIER_LOADS:
         name, metric, diff = routed_row(scn) or ("async/both/train", "discarded_samples", -22.92)
@@ -211,7 +222,6 @@ def training_route(scn: Scenario, steps: float) -> tuple[str, str]:
             f"auto: the training loop runs on the step engine: the fidelity matrix's row {name} "
             f"misses {metric} by {diff:+.2f}% (tolerance ±{TRAINING_TOLERANCE[metric]:g}%)"
         )
-    compiled = compiled_route(scn)
     if compiled:
         return (
             COMPILED.name,

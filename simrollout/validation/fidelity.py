@@ -99,6 +99,14 @@ def base(trajectories: int, steps: int, concurrency: int) -> dict:
     }
 
 
+def on_engines(d: dict, engines: int) -> None:
+    """Turn scenario ``d``'s LLM turns into requests in tokens to ``engines`` serving engines."""
+    wl = d["workload"]
+    del wl["llm_time"]
+    wl["tokens"] = TOKENS
+    d["cluster"]["inference"] = {"engines": engines, "engine": ENGINE, "price_per_hour": 2.0}
+
+
 def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
     d = base(trajectories, steps, concurrency)
     sub, pol = d["substrates"][0], d["policy"]
@@ -131,11 +139,8 @@ def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
             sub["reset"] = {"kind": "lognormal", "median": 0.2, "p99": 1.0}
             pol["reuse"] = True
     elif row.extra == "tokens":  # serving engines: one trajectory per engine, or 16 (KV-bound)
-        wl = d["workload"]
-        del wl["llm_time"]
-        wl["tokens"] = TOKENS
         engines = concurrency if row.load in ("none", "host") else max(concurrency // 16, 1)
-        d["cluster"]["inference"] = {"engines": engines, "engine": ENGINE, "price_per_hour": 2.0}
+        on_engines(d, engines)
     elif row.extra == "weights":  # operations weighed by phase: in a create's load an exec counts 0.25
         weights = {"create": {"exec": 0.25, "teardown": 0.5}, "exec": {"create": 2.0}}
         sub["contention"] = {**sub["contention"], "weights": weights}
@@ -152,6 +157,10 @@ def build(row: Row, trajectories: int, steps: int, concurrency: int) -> dict:
         "train"
     ):  # a GRPO loop in one of its modes (simrollout.validation.fidelity_training)
         add_training(d, row, row.trajectories or fidelity_training.STEPS)
+        if row.extra == "train_tokens":  # on 16 engines, KV-bound; async and one_step_off interrupt
+            on_engines(d, 16)
+            if row.policy != "sync":
+                d["training"]["at_sync"] = "interrupt"
     d.update(row.scenario)
     return d
 
@@ -202,11 +211,18 @@ def interrupt_rows() -> list[Row]:
     return [Row(m, ld, "train_interrupt") for m in ("async", "one_step_off") for ld in ("none", "host")]
 
 
+def token_rows() -> list[Row]:
+    """The training rows on serving engines in tokens (``train_tokens``: 16 engines, KV-bound),
+    which only the compiled engine runs beside the step engine: every mode, without load and on a
+    loaded host; async and one_step_off with ``at_sync: interrupt``, sync colocated."""
+    return [Row(m, ld, "train_tokens") for m in ("async", "one_step_off", "sync") for ld in ("none", "host")]
+
+
 def compiled_rows() -> list[Row]:
     """The matrix's rows the compiled engine covers (``Scenario.compiled_gaps``), the training
     rows among them: compared with the step engine by ``compare(row, fast=COMPILED.name)``."""
     out = []
-    for row in matrix() + training_rows() + interrupt_rows():
+    for row in matrix() + training_rows() + interrupt_rows() + token_rows():
         d = build(row, row.trajectories or 1000, 20, 256)
         if scenario_from_dict(d).compiled_gaps() is None:
             out.append(row)

@@ -37,6 +37,9 @@ VARIANTS = {
     "train_dynamic": {"dynamic_sampling": {"alpha": 1.0, "beta": 1.0}},  # sync: drop all-equal groups
     # async and one_step_off: requests generating at a weight sync stop and resume after it
     "train_interrupt": {"at_sync": "interrupt"},
+    # on serving engines in tokens (validation.fidelity.build: 16 engines; async and one_step_off
+    # interrupt at a sync)
+    "train_tokens": {},
     # the trainer with physics: 2B parameters, 500 tokens a turn at 40% of 100 TFLOP/s on 8 GPUs
     # (about 35 s a step), 4 GB of weights over 1 GB/s
     "train_physics": {
