@@ -24,9 +24,16 @@ def test_the_schema_offers_the_registry_s_engines_and_auto():
 
 
 def test_each_entry_says_how_its_cells_run():
-    assert STEP.per_step and not STEP.pilot and STEP.cell == STEP.name and not STEP.compiled
-    assert not TRAJECTORY.per_step and TRAJECTORY.pilot and TRAJECTORY.cell == TRAJECTORY.name
+    assert STEP.per_step and STEP.cell == STEP.name and not STEP.compiled
+    assert not TRAJECTORY.per_step and TRAJECTORY.cell == TRAJECTORY.name
     assert COMPILED.compiled and COMPILED.cell == TRAJECTORY.name  # the trajectory engine's cell
+    tokens = scenario_from_dict(build(Row("async", "none", "tokens"), 200, 5, 16))
+    loop = scenario_from_dict(build(Row("async", "none", "train_tokens"), 0, 20, 256))
+    # a token workload: the step engine runs every turn; the others take a pilot's load, but the
+    # compiled engine runs a training loop's turns on its own serving engines
+    assert STEP.draws_steps(tokens) and not STEP.pilots(tokens)
+    assert TRAJECTORY.pilots(tokens) and TRAJECTORY.pilots(loop) and COMPILED.pilots(tokens)
+    assert COMPILED.draws_steps(loop) and not COMPILED.pilots(loop)
 
 
 def test_routing_resolves_to_registry_entries():
