@@ -5,8 +5,9 @@ step engine's body and engines operation for operation, the training loop's hook
 
 Two states, two heaps: the loop's ``S`` (:mod:`.compiled_state`) and the serving side's ``V``
 (:mod:`.pilot_state`). A body starts as its sandbox is ready (``K_TBODY``): it is handed to ``V``
-and its worker waits. :func:`run` takes the earlier of the two heaps' events (the loop's first at
-a tie); a body's end hands it back to its worker (``K_TBODY_END``) at that instant. Both sides
+and its worker waits. :func:`run` takes the earlier of the two heaps' events, by time and then by
+one sequence number both heaps draw from (SimPy's order: an instant's events in the order they
+were scheduled); a body's end hands it back to its worker (``K_TBODY_END``) at that instant. Both sides
 share the fleet's operations in flight (``S_BY``), the loop's integers (the gate, the version),
 each trajectory's loop integers (cancelled, turns resumed) and prompt factor, and the counts of
 steps generated per version. A weight sync's interrupt (``at_sync: interrupt``) clears the
@@ -46,9 +47,10 @@ def on_body(S, V, w, now):
     GI[J_NON] += 1
     WF[F_BT0] = now
     V[PV.S_WORKER][i] = w
-    if PB.start_body(V, i, d, WF[F_DEADLINE], fc, 0, now):
-        return K_TBODY_END
-    return STOP
+    V[PV.S_GI][J_SEQ] = GI[J_SEQ]  # one sequence for both heaps (see run)
+    ended = PB.start_body(V, i, d, WF[F_DEADLINE], fc, 0, now)
+    GI[J_SEQ] = V[PV.S_GI][J_SEQ]
+    return K_TBODY_END if ended else STOP
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -96,8 +98,12 @@ def run(S, V):
             k = S[S_WI][w, I_RESUME]
         else:
             before = S[S_HT][0] if GI[J_HSIZE] > 0 else math.inf
-            if VGI[PV.J_HSIZE] > 0 and V[PV.S_HT][0] < before:
-                got = PB.advance(V, before)
+            seq = S[S_HS][0] if GI[J_HSIZE] > 0 else -1
+            vt = V[PV.S_HT][0]
+            if VGI[PV.J_HSIZE] > 0 and (vt < before or (vt == before and V[PV.S_HS][0] < seq)):
+                VGI[J_SEQ] = GI[J_SEQ]
+                got = PB.advance(V, before, seq)
+                GI[J_SEQ] = VGI[J_SEQ]
                 if got == 0:
                     continue
                 if got != 1:  # 2: its heap is full; -1: an error (J_ERR)
@@ -130,10 +136,12 @@ def run(S, V):
 def apply(S, V):
     """What the trainer asked for that the serving side does: at an interrupt, the engines'
     prefix caches cleared and the requests the bodies await aborted (worker by worker); at the
-    gate's opening, the parked bodies resumed in the order they parked."""
+    gate's opening, the parked bodies resumed at once, in the order they parked (as SimPy's gate
+    event resumes its waiters from its callbacks)."""
     LI, VGI = S[S_LI], V[PV.S_GI]
     now = S[S_G][G_NOW]
     V[PV.S_GF][PV.G_NOW] = now
+    VGI[J_SEQ] = S[S_GI][J_SEQ]
     TI = V[PV.S_TI]
     if LI[L_CUT] & 4:
         PS.clear_prefix_cache(V)
@@ -141,12 +149,17 @@ def apply(S, V):
             i = S[S_WI][w, I_I]
             if V[PV.S_WORKER][i] == w and TI[i, PV.B_PC] == PV.PC_AWAIT:
                 PS.abort(V, TI[i, PV.B_REQ])
-    if LI[L_OPEN]:
+    if LI[L_OPEN]:  # as the gate's callbacks: each parked body goes on at once, in turn
         park = V[PV.S_PARK]
         for k in range(VGI[PV.J_NPARK]):
             i = park[k]
-            PS.push(V, now, i, PV.EV_OK, TI[i, PV.B_EPOCH])
+            ended = PB.body_go(V, i, True)
+            S[S_GI][J_SEQ] = VGI[J_SEQ]
+            if ended:  # (cancelled, or past its deadline): its worker goes on
+                _advance(S, V, V[PV.S_WORKER][i], K_TBODY_END)
+                VGI[J_SEQ] = S[S_GI][J_SEQ]
         VGI[PV.J_NPARK] = 0
+    S[S_GI][J_SEQ] = VGI[J_SEQ]
 
 
 @compiled(nogil=True)

@@ -75,7 +75,10 @@ class CompiledTraining(LoopResults):
         self.li = np.zeros(L.NL, dtype=np.int64)
         self.li[L.L_G] = G
         self.li[L.L_NIDLE] = c  # every worker waits for the first groups
-        self.li[L.L_DEFER] = self.tr.mode != "async"
+        # the trainer woken after the instant's events already scheduled, as SimPy's is (async on
+        # the time engines wakes it at once: its rows hold without; a token loop's groups often
+        # get ready together, their members' teardowns ending at one instant)
+        self.li[L.L_DEFER] = self.tr.mode != "async" or self.cell.scn.workload.tokens is not None
         idle = np.zeros(c + 1, dtype=np.int64)
         idle[:c] = np.arange(c)[::-1]  # worker 0 on top
         self.gs = np.zeros((ng, 4), dtype=np.int64)

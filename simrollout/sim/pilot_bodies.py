@@ -94,9 +94,14 @@ def submit(S, i):
     r = request(S, i, TI[i, B_C], TI[i, B_O], TI[i, B_REUSABLE], TI[i, B_FRESH])
     TI[i, B_REQ], TI[i, B_PC] = r, PC_AWAIT
     dl = TF[i, BF_DEADLINE]
-    # one deadline event per body; a request sent again after it passed (resumed after a weight
-    # sync) times out at once
-    if not math.isinf(dl) and (math.isnan(TF[i, BF_DL]) or TF[i, BF_DL] < now):
+    if math.isinf(dl):
+        return
+    if S[S_P][P_LOOP] != 0.0:  # SimPy's order: each wait registered anew (see advance)
+        GI = S[S_GI]
+        GI[J_DLGEN] += 1
+        TI[i, B_DLGEN] = GI[J_DLGEN]
+        push(S, now + max(dl - now, 0.0), i, EV_DEADLINE, GI[J_DLGEN])
+    elif math.isnan(TF[i, BF_DL]):  # one deadline event per body
         TF[i, BF_DL] = now + max(dl - now, 0.0)
         push(S, TF[i, BF_DL], i, EV_DEADLINE, TI[i, B_EPOCH])
 
@@ -244,15 +249,16 @@ def start_body(S, i, dom, deadline, fail_call, first_call, now):
 
 
 @compiled
-def advance(S, before):
-    """Run the events before ``before``: 1 when a body ended (``J_ENDED``; the time is ``G_NOW``),
-    0 when none is left before it, 2 when the heap needs more room, -1 on an error (``J_ERR``: 1, a
+def advance(S, before, before_seq):
+    """Run the events before time ``before`` (and at it, those scheduled before sequence number
+    ``before_seq``; -1: none): 1 when a body ended (``J_ENDED``; the time is ``G_NOW``), 0 when
+    none is left before it, 2 when the heap needs more room, -1 on an error (``J_ERR``: 1, a
     request no engine's KV cache can fit; 2, more requests than the arrays hold)."""
     GI, TI, EI = S[S_GI], S[S_TI], S[S_EI]
-    ht = S[S_HT]
+    ht, hs = S[S_HT], S[S_HS]
     n = int(S[S_P][P_N])
     room = ht.size - S[S_WQ].shape[1] - 64  # an event pushes at most a batch's requests and a few more
-    while GI[J_HSIZE] > 0 and ht[0] < before:
+    while GI[J_HSIZE] > 0 and (ht[0] < before or (ht[0] == before and hs[0] < before_seq)):
         if GI[J_HSIZE] > room:
             return 2
         t, w, k = pop(S[S_HT], S[S_HS], S[S_HW], S[S_HK], GI)
@@ -260,6 +266,15 @@ def advance(S, before):
         kind, epoch = k & 15, k >> 4
         if w < n:
             pc = TI[w, B_PC]
+            if kind == EV_DEADLINE and S[S_P][P_LOOP] != 0.0:
+                # a training loop's bodies time out in the step engine's order: a deadline shared
+                # by many waits fires once, at its place among the instant's events, and resumes
+                # them after those events, in the order they began waiting (waits.await_event)
+                if epoch == TI[w, B_DLGEN] and pc == PC_AWAIT:
+                    push(S, t, w, EV_DEADLINE2, TI[w, B_EPOCH])
+                continue
+            if kind == EV_DEADLINE2:
+                kind = EV_DEADLINE
             if epoch != TI[w, B_EPOCH] or pc == PC_END:
                 continue
             if (kind == EV_DONE or kind == EV_DEADLINE) and pc != PC_AWAIT:

@@ -164,7 +164,7 @@ class CoSim:
         env = self.env
         while not main.processed:
             before = env.peek()
-            got = advance(self.S, before)
+            got = advance(self.S, before, -1)
             if got == 1:
                 i = int(self.S[S_GI][J_ENDED])
                 env._now = float(self.S[S_GF][G_NOW])

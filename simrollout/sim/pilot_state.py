@@ -38,7 +38,8 @@ G_NOW, G_REPREFILL_S = 0, 1
 J_BODIES, J_NREQ, J_NTL, J_NFIN, J_NTPOT, J_ERR = 3, 4, 5, 6, 7, 8
 J_REQUESTS, J_QUEUED, J_EVICTED, J_COMPACTED, J_PREFILL, J_DECODE = 9, 10, 11, 12, 13, 14
 J_REUSABLE, J_REUSED, J_REPREFILLED, J_ENDED = 15, 16, 17, 18
-J_NPARK, J_NFREE = 19, 20  # bodies parked at the gate; free request ids (a training loop's)
+J_NPARK, J_NFREE, J_DLGEN = 19, 20, 21  # a training loop's: bodies parked at the gate; free request
+# ids; the deadline waits made (each request's wait numbered, the latest one of a body its own)
 NJ = 22
 
 # ------------------------------------------------------------ parameters
@@ -70,7 +71,8 @@ B_EPOCH, B_PC, B_S, B_SEND, B_CALL, B_K, B_CTX, B_STEPS = 0, 1, 2, 3, 4, 5, 6, 7
 B_DOM, B_FAIL, B_REQ, B_OUT, B_J, B_STATUS, B_FIRST_CALL = 8, 9, 10, 11, 12, 13, 14
 B_REUSABLE, B_FRESH, B_TURN = 15, 16, 17  # the turn's request: reusable tokens, compacted, its context
 B_C, B_O = 18, 19  # the request in flight: its context and output (resumed: what is left)
-NBI = 20
+B_DLGEN = 20  # a training loop's body: the number of its latest deadline wait (J_DLGEN)
+NBI = 21
 BF_DEADLINE, BF_T0, BF_TOVER, BF_LLM, BF_OVER, BF_DL = 0, 1, 2, 3, 4, 5
 NBF = 6
 # where a body resumes
@@ -82,3 +84,5 @@ PC_GATED, PC_RESUME = 9, 10  # a training loop's: a step's start past the gate; 
 # a body's: its wait ended in time, or at the deadline; its request is done; its deadline
 EV_OK, EV_LATE, EV_DONE, EV_DEADLINE = 0, 1, 2, 3
 EV_WAKE, EV_INTR, EV_RUNEND, EV_TAIL, EV_ITER = 4, 5, 6, 7, 8  # an engine's
+# a training loop's body: its deadline reached while it awaits a request, after the instant's events
+EV_DEADLINE2 = 9
