@@ -93,6 +93,11 @@ def test_an_empty_cache_says_it_compiles(tmp_path):
     out = _python(SAY, NUMBA_CACHE_DIR=str(tmp_path))
     assert "compiling the event loop" in out.stderr
     assert str(tmp_path) in out.stderr and "once per install" in out.stderr
+    assert "serving engines" not in out.stderr  # a token loop's longer compile, said only for one
+    tokens = _python(
+        SAY.replace("_say_if_compiling()", "_say_if_compiling(True)"), NUMBA_CACHE_DIR=str(tmp_path / "t")
+    )
+    assert "a training loop on serving engines: about 84 s more" in tokens.stderr
 
 
 @pytest.mark.slow  # two interpreters importing the engine: 3.0-3.2 s of CPU

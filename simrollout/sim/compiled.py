@@ -37,9 +37,10 @@ from .substrate_draws import ChunkDetail
 from .workload_draws import CHUNK
 
 FIRST_COMPILE_CPU_S = 32  # measured: the loop compiled once, in one process (docs/performance.md)
+TOKENS_COMPILE_CPU_S = 84  # measured: a training loop's on serving engines, besides (the same)
 
 
-def _say_if_compiling() -> None:
+def _say_if_compiling(tokens: bool = False) -> None:
     """One line on stderr when numba's cache holds no compiled loop yet (a fresh install): the
     first run compiles it, once, into the user's cache folder (:mod:`simrollout.numba_cache`).
     Said once per run: of a run's cell processes (children of one parent), the first alone."""
@@ -53,9 +54,10 @@ def _say_if_compiling() -> None:
             return
         except OSError:
             pass
+        more = f" (a training loop on serving engines: about {TOKENS_COMPILE_CPU_S} s more)" if tokens else ""
         sys.stderr.write(
-            f"compiling the event loop (numba), once per install: about {FIRST_COMPILE_CPU_S} s of CPU; "
-            f"later runs load it from {os.environ.get('NUMBA_CACHE_DIR', 'the cache')}\n"
+            f"compiling the event loop (numba), once per install: about {FIRST_COMPILE_CPU_S} s of "
+            f"CPU{more}; later runs load it from {os.environ.get('NUMBA_CACHE_DIR', 'the cache')}\n"
         )
         sys.stderr.flush()
 
@@ -388,7 +390,7 @@ def compile_loop(S=None, training: bool = False, tokens: bool = False, V=None) -
     if not todo:
         return 0.0
     t0 = time.perf_counter()
-    _say_if_compiling()
+    _say_if_compiling(tokens)
     sig = numba.typeof(tuple(S) if S is not None else example_state())
     for f, args in todo:
         if args is None:  # the token loop's entry: both states

@@ -88,3 +88,23 @@ def test_the_token_loop_compiled_by_the_pool_has_every_cells_types(monkeypatch):
     monkeypatch.setattr(compiled, "compile_loop", compile_loop)
     _cell(_tokens(steps=2), "compiled")
     assert seen == [(True, numba.typeof(example_serving_state()))]
+
+
+@pytest.mark.slow
+def test_the_token_loop_writes_every_field_of_the_records():
+    """As the engines' records contract (tests/sim/test_records_contract.py), for a token loop's
+    bodies: every field written but ``warm`` (no warm pool), timeouts and retries among them."""
+    import numpy as np
+
+    from simrollout.sim.records import ROW
+
+    d = _tokens(steps=6)
+    d["policy"]["retries"] = 2
+    d["substrates"][0]["failures"] = {"create": 0.05, "exec": 0.01, "teardown": 0.01}
+    _, rec = _cell(d, "compiled")
+    written = {f for f in ROW if getattr(rec, f).astype(np.float64).any()}
+    assert written == set(ROW) - {"warm"}, sorted(set(ROW) - written)
+    for f in ROW:
+        assert np.isfinite(getattr(rec, f).astype(np.float64)).all(), f
+    assert (rec.status == 2).any() and (rec.attempts > 1).any()  # timeouts, retries (lost: written)
+    assert (rec.end >= rec.start).all() and (rec.worker >= rec.overhead).all()
