@@ -83,13 +83,32 @@ def _advance(S, w, kind):  # noqa: C901 (one branch a state)
     return kind
 
 
+@njit(cache=True, _nrt=False, inline="always")
+def take_event(S):
+    """The heap's next event, its time the clock's: ``(worker, state, 0)`` to run, ``code`` -1 when
+    skipped (the old end of a segment cut since), or a request for Python (the training loop's
+    timer, its deferred notice)."""
+    t, w, k = next_event(S)
+    S[S_G][G_NOW] = t
+    if k >= EPOCH:  # a segment's end: skipped when the segment was cut since
+        if k // EPOCH != S[S_WI][w, I_EPOCH]:
+            return w, k, -1
+        return w, k % EPOCH, 0
+    if k == K_TIMER:
+        if w > S[S_P][P_C]:  # the training loop's deferred notice (compiled_groups.notify)
+            S[S_GI][J_REQ], S[S_GI][J_REQW] = R_NOTIFY, -1
+            return w, k, R_NOTIFY
+        return w, k, R_TIMER
+    return w, k, 0
+
+
 @compiled(nogil=True)
 def run(S):
     """Process events until Python is needed: a request code (R_DONE when the run is over).
     ``_advance`` and its handlers are inlined here. A cell with a training loop runs
     :func:`run_training`, which compiles the training loop's requests only where they are used.
     Without the GIL: a thread can take the next chunks of a workload still being drawn."""
-    G, GI = S[S_G], S[S_GI]
+    GI = S[S_GI]
     GI[J_REQ] = 0
     while True:
         if GI[J_RESUME] >= 0:  # the worker whose request Python answered
@@ -97,17 +116,11 @@ def run(S):
             GI[J_RESUME] = -1
             k = S[S_WI][w, I_RESUME]
         elif GI[J_HSIZE] > 0:
-            t, w, k = next_event(S)
-            G[G_NOW] = t
-            if k >= EPOCH:  # a segment's end: skipped when the segment was cut since
-                if k // EPOCH != S[S_WI][w, I_EPOCH]:
-                    continue
-                k = k % EPOCH
-            elif k == K_TIMER:
-                if w > S[S_P][P_C]:  # the training loop's deferred notice (compiled_groups.notify)
-                    GI[J_REQ], GI[J_REQW] = R_NOTIFY, -1
-                    return R_NOTIFY
-                return R_TIMER
+            w, k, code = take_event(S)
+            if code < 0:
+                continue
+            if code:
+                return code
         else:
             return R_DONE
         _advance(S, w, k)

@@ -24,7 +24,7 @@ from . import compiled_loop as L
 from . import pilot_bodies as PB
 from . import pilot_serving as PS
 from . import pilot_state as PV
-from .compiled_core import load, next_event
+from .compiled_core import load
 from .compiled_groups import apply_requests
 from .compiled_jit import compiled
 from .compiled_ops import fail_rate, first_failure
@@ -112,17 +112,11 @@ def run(S, V):
                 w, k = V[PV.S_WORKER][i], K_TBODY_END
                 G[G_NOW] = V[PV.S_GF][PV.G_NOW]
             elif GI[J_HSIZE] > 0:
-                t, w, k = next_event(S)
-                G[G_NOW] = t
-                if k >= EPOCH:  # a segment's end: skipped when the segment was cut since
-                    if k // EPOCH != S[S_WI][w, I_EPOCH]:
-                        continue
-                    k = k % EPOCH
-                elif k == K_TIMER:
-                    if w > S[S_P][P_C]:  # the training loop's deferred notice (compiled_groups.notify)
-                        GI[J_REQ], GI[J_REQW] = R_NOTIFY, -1
-                        return R_NOTIFY
-                    return R_TIMER
+                w, k, code = L.take_event(S)
+                if code < 0:
+                    continue
+                if code:
+                    return code
             else:
                 return R_DONE
         _advance(S, V, w, k)

@@ -194,18 +194,10 @@ def remove_running(S, e, r):
 @compiled
 def cancel(S, r):
     """A trajectory stopped at its deadline: its request leaves, its tokens are freed."""
-    RI, EI, WQ = S[S_RI], S[S_EI], S[S_WQ]
+    RI, EI = S[S_RI], S[S_EI]
     e = RI[r, R_ENGINE]
-    if e < 0 or RI[r, R_DONE] != 0:
+    if e < 0 or RI[r, R_DONE] != 0 or unqueue(S, e, r):
         return
-    qc = WQ.shape[1]
-    h, m = EI[e, E_QH], EI[e, E_QN]
-    for j in range(m):
-        if WQ[e, (h + j) % qc] == r:
-            for q in range(j, m - 1):
-                WQ[e, (h + q) % qc] = WQ[e, (h + q + 1) % qc]
-            EI[e, E_QN] = m - 1
-            return
     RUN = S[S_RUN]
     for j in range(EI[e, E_NRUN]):
         if RUN[e, j] == r:
@@ -216,6 +208,21 @@ def cancel(S, r):
             forget(S, e, r)
             wake(S, e)
             return
+
+
+@compiled
+def unqueue(S, e, r):
+    """Take request ``r`` out of engine ``e``'s waiting queue: True when it was waiting there."""
+    EI, WQ = S[S_EI], S[S_WQ]
+    qc = WQ.shape[1]
+    h, m = EI[e, E_QH], EI[e, E_QN]
+    for j in range(m):
+        if WQ[e, (h + j) % qc] == r:
+            for q in range(j, m - 1):
+                WQ[e, (h + q) % qc] = WQ[e, (h + q + 1) % qc]
+            EI[e, E_QN] = m - 1
+            return True
+    return False
 
 
 @compiled
@@ -257,25 +264,19 @@ def generated(S, r):
 def abort(S, r):
     """Interrupt request ``r`` at a weight sync (``ServingTier.abort``): a waiting one leaves at
     once, a running one at the end of the iteration in progress (:func:`reap`)."""
-    RI, EI, WQ = S[S_RI], S[S_EI], S[S_WQ]
+    RI, EI = S[S_RI], S[S_EI]
     e = RI[r, R_ENGINE]
     if e < 0 or RI[r, R_DONE] != 0 or RI[r, R_ABORTED] != 0:
         return
     RI[r, R_ABORTED] = 1
     EI[e, E_ABORTS] += 1
-    qc = WQ.shape[1]
-    h, m = EI[e, E_QH], EI[e, E_QN]
-    for j in range(m):
-        if WQ[e, (h + j) % qc] == r:
-            for q in range(j, m - 1):
-                WQ[e, (h + q) % qc] = WQ[e, (h + q + 1) % qc]
-            EI[e, E_QN] = m - 1
-            S[S_RF][r, RF_END] = S[S_GF][G_NOW]
-            RI[r, R_DONE] = 1
-            traj = RI[r, R_TRAJ]
-            push(S, S[S_GF][G_NOW], traj, EV_DONE, S[S_TI][traj, B_EPOCH])
-            return
-    wake(S, e)
+    if unqueue(S, e, r):
+        S[S_RF][r, RF_END] = S[S_GF][G_NOW]
+        RI[r, R_DONE] = 1
+        traj = RI[r, R_TRAJ]
+        push(S, S[S_GF][G_NOW], traj, EV_DONE, S[S_TI][traj, B_EPOCH])
+    else:
+        wake(S, e)
 
 
 @compiled

@@ -161,9 +161,10 @@ def test_the_loop_compiled_by_the_pool_has_every_cells_types(monkeypatch):
     seen = []
     real = compiled.compile_loop
 
-    def compile_loop(S=None, training=False):
+    def compile_loop(S=None, training=False, tokens=False, V=None):
         seen.append((numba.typeof(tuple(S)), training))
-        return real(S, training)
+        assert not tokens and V is None  # (a token loop's entry: tests/sim/test_compiled_tokens.py)
+        return real(S, training, tokens, V)
 
     monkeypatch.setattr(compiled, "compile_loop", compile_loop)
     _run(build(Row("async", "host", "failures"), 300, 5, 32), "compiled")

@@ -101,6 +101,7 @@ def test_the_token_loop_writes_every_field_of_the_records():
     d = _tokens(steps=6)
     d["policy"]["retries"] = 2
     d["substrates"][0]["failures"] = {"create": 0.05, "exec": 0.01, "teardown": 0.01}
+    d["substrates"][0]["create_rate"] = 4.0  # creates wait for their token
     _, rec = _cell(d, "compiled")
     written = {f for f in ROW if getattr(rec, f).astype(np.float64).any()}
     assert written == set(ROW) - {"warm"}, sorted(set(ROW) - written)
