@@ -376,7 +376,7 @@ def example_state() -> tuple:
 def compile_loop(S=None, training: bool = False, tokens: bool = False, V=None) -> float:
     """Compile the loop (and ``training``: a training loop's entry; ``tokens``: a training loop's on
     serving engines, with the serving state ``V``) for the state ``S``'s types (default:
-    :func:`example_state`'s, :func:`.compiled_tokens_run.example_serving_state`'s), or load it
+    :func:`example_state`'s, :func:`.compiled_tokens.example_state`'s), or load it
     from numba's cache (``cache=True``), once in this process: the seconds it took, 0 once done.
     On a fresh install a run's pool compiles it while the pilots run
     (:mod:`simrollout.run.executors`) and each cell process loads it: compiled once, not once in
@@ -394,9 +394,7 @@ def compile_loop(S=None, training: bool = False, tokens: bool = False, V=None) -
     sig = numba.typeof(tuple(S) if S is not None else example_state())
     for f, args in todo:
         if args is None:  # the token loop's entry: both states
-            from .compiled_tokens_run import example_serving_state
-
-            args = (numba.typeof(V if V is not None else example_serving_state()),)
+            args = (numba.typeof(V if V is not None else T.example_state()),)
         f.compile((sig, *args))
     # with the compile the run's pool made for its cells, told by the first cell it loads in
     return time.perf_counter() - t0 + numba_cache.COMPILED.pop("seconds", 0.0)
@@ -409,20 +407,18 @@ def _no_loop() -> list[np.ndarray]:
             np.zeros((6, 4)), np.zeros(2), np.zeros(1)]  # fmt: skip
 
 
-def run_compiled(cell) -> Records | None:
+def run_compiled(cell, kind: type[CompiledRun] = CompiledRun) -> Records | None:
     """Run ``cell`` (a :class:`simrollout.sim.model.Cell` built at trajectory fidelity) through the
-    compiled loop; its ``acc`` and records as :meth:`Cell.run` leaves them."""
+    compiled loop, as a run of ``kind`` (a training loop on serving engines:
+    :class:`.compiled_tokens_run.TokenRun`); its ``acc`` and records as :meth:`Cell.run` leaves them."""
     training = None
     if cell.scn.training is not None:
         from .compiled_training import CompiledTraining
 
         training = CompiledTraining(cell)
-    if training is not None and cell.scn.workload.tokens is not None:
-        from .compiled_tokens_run import TokenRun
-
-        run = TokenRun(cell, training)
-    else:
-        run = CompiledRun(cell, training)
+        if cell.scn.workload.tokens is not None and kind is CompiledRun:
+            raise ValueError("a training loop on serving engines runs as a compiled_tokens_run.TokenRun")
+    run = kind(cell, training)
     V = getattr(run, "V", None)  # a token loop's serving state
     cell.compile_seconds = compile_loop(run.S, training is not None, V is not None, V)
     run.start()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 from . import compiled_loop as L
@@ -166,3 +167,20 @@ def run_training(S, V):
     if GI[J_REQ]:
         return GI[J_REQ]
     return run(S, V)
+
+
+def example_state() -> tuple:
+    """A serving state of a token loop's types (``TokenRun.V``), its arrays of one element: the
+    signature :func:`run_training` compiles for without a cell (``compiled.compile_loop``)."""
+    from types import SimpleNamespace
+
+    from .pilot_compiled import FIELDS, build_state, work_arrays
+
+    P = np.zeros(PV.NP)
+    P[PV.P_LOOP] = 1.0
+    f1, i1, by = np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros((3, 1))
+    work = work_arrays(SimpleNamespace(**{f: f1 for f in FIELDS}), f1)
+    domains = (f1, by[0], by[1], by[2], f1)
+    li, ti = np.zeros(NL, dtype=np.int64), np.zeros((1, 5), dtype=np.int64)
+    loop = (li, ti, np.zeros(2), np.ones(1), i1, i1, i1)
+    return build_state(P, 1, 1, 2, 2, 8, work, domains, 2, loop)

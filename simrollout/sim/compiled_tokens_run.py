@@ -13,7 +13,7 @@ from . import compiled_loop as L
 from . import compiled_tokens as T
 from . import pilot_state as PV
 from .compiled import CompiledRun
-from .pilot_compiled import FIELDS, CompiledTier, build_state, engine_params, work_arrays
+from .pilot_compiled import CompiledTier, build_state, engine_params, work_arrays
 from .workload_draws import CHUNK
 
 
@@ -75,16 +75,3 @@ class TokenRun(CompiledRun):
         self.V = tuple(grown)
         self.cell.tier.co.S = self.V
         return True
-
-
-def example_serving_state() -> tuple:
-    """A serving state of a token loop's types (``TokenRun.V``), its arrays of one element: the
-    signature the token loop's entry compiles for, without a cell (``compile_loop``)."""
-    P = np.zeros(PV.NP)
-    P[PV.P_LOOP] = 1.0
-    f1, i1, by = np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros((3, 1))
-    work = work_arrays(SimpleNamespace(**{f: f1 for f in FIELDS}), f1)
-    domains = (f1, by[0], by[1], by[2], f1)
-    li, ti = np.zeros(L.NL, dtype=np.int64), np.zeros((1, 5), dtype=np.int64)
-    loop = (li, ti, np.zeros(2), np.ones(1), i1, i1, i1)
-    return build_state(P, 1, 1, 2, 2, 8, work, domains, 2, loop)

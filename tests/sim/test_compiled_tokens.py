@@ -71,12 +71,12 @@ def test_auto_runs_a_token_loop_on_the_compiled_engine_where_it_covers_it():
 
 @pytest.mark.slow
 def test_the_token_loop_compiled_by_the_pool_has_every_cells_types(monkeypatch):
-    """A run's pool compiles the token loop's entry for ``example_serving_state``'s types on a
+    """A run's pool compiles the token loop's entry for ``compiled_tokens.example_state``'s types on a
     fresh install: a cell's serving state has those types (else each cell would compile again)."""
     import numba
 
     from simrollout.sim import compiled
-    from simrollout.sim.compiled_tokens_run import example_serving_state
+    from simrollout.sim.compiled_tokens import example_state
 
     seen = []
     real = compiled.compile_loop
@@ -87,7 +87,7 @@ def test_the_token_loop_compiled_by_the_pool_has_every_cells_types(monkeypatch):
 
     monkeypatch.setattr(compiled, "compile_loop", compile_loop)
     _cell(_tokens(steps=2), "compiled")
-    assert seen == [(True, numba.typeof(example_serving_state()))]
+    assert seen == [(True, numba.typeof(example_state()))]
 
 
 @pytest.mark.slow

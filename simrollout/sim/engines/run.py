@@ -29,4 +29,10 @@ def run_engine(
     """Run one cell on ``engine``: the cell (its metrics, parts and engine busy time) and, when
     ``keep``, its per-trajectory records."""
     cell = Cell(scn, sub, concurrency, rep, work, engine.cell, progress, sink, keep, pilot)
-    return cell, (run_compiled(cell) if engine.compiled else cell.run())
+    if not engine.compiled:
+        return cell, cell.run()
+    if scn.training is not None and scn.workload.tokens is not None:  # its bodies on serving engines
+        from ..compiled_tokens_run import TokenRun
+
+        return cell, run_compiled(cell, TokenRun)
+    return cell, run_compiled(cell)
