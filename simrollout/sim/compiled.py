@@ -381,11 +381,13 @@ def compile_loop(S=None, training: bool = False, tokens: bool = False, V=None) -
     On a fresh install a run's pool compiles it while the pilots run
     (:mod:`simrollout.run.executors`) and each cell process loads it: compiled once, not once in
     each cell process at the same time."""
-    from . import compiled_tokens as T
-
     i8 = numba.int64
     entries = [(L.run, ()), (L.schedule, (numba.float64, i8, i8)), (L.batch, (i8,))]
-    entries += [(L.run_training, ())] * training + [(T.run_training, None)] * tokens
+    entries += [(L.run_training, ())] * training
+    if tokens:  # (imported only then: the serving side's modules are not a plain cell's start-up)
+        from . import compiled_tokens as T
+
+        entries.append((T.run_training, None))
     todo = [(f, args) for f, args in entries if not f.signatures]
     if not todo:
         return 0.0
