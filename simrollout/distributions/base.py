@@ -20,6 +20,24 @@ from scipy.special import ndtri
 Z99 = float(ndtri(0.99))  # the standard normal's 99th percentile (scipy.stats.norm.ppf computes it so)
 
 
+COMPILED_NORMALS = 1 << 16  # at least this many float32 normals are drawn compiled (:mod:`.normal_f32`)
+
+
+def float32_normals(rng: np.random.Generator, size, scale: float | None = None, shift: float = 0.0):
+    """``rng.standard_normal(size, dtype=np.float32)`` (then ``x *= scale; x += shift`` in float32):
+    numpy's values to the bit, drawn compiled when there are many from numpy's default bit
+    generator (numba loaded only then)."""
+    if int(np.prod(size)) >= COMPILED_NORMALS and type(rng.bit_generator) is np.random.PCG64:
+        from .normal_f32 import standard_normal_f32
+
+        return standard_normal_f32(rng, size, scale, shift)
+    x = rng.standard_normal(size, dtype=np.float32)
+    if scale is not None:
+        x *= scale
+        x += shift
+    return x
+
+
 def no_bools(data, fields: dict):
     """Refuse ``true``/``false`` where a number is expected (pydantic would read them as 1/0)."""
     if isinstance(data, dict):

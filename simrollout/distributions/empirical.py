@@ -16,7 +16,7 @@ from pydantic import (
 )
 from scipy.special import ndtr, ndtri  # scipy.stats.norm's cdf and ppf, without importing scipy.stats
 
-from .base import _Base
+from .base import _Base, float32_normals
 
 
 class Empirical(_Base):
@@ -83,7 +83,7 @@ class Empirical(_Base):
     def sample(self, rng, size):
         if self.samples is not None:
             return rng.choice(np.asarray(self.samples, dtype=float), size)
-        return self._from_z(rng.standard_normal(size, dtype=np.float32))
+        return self._from_z(float32_normals(rng, size))
 
     def ppf(self, q):
         if self.samples is not None:

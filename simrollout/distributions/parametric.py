@@ -16,7 +16,7 @@ from pydantic import (
 )
 from scipy.special import ndtr, ndtri  # scipy.stats.norm's cdf and ppf, without importing scipy.stats
 
-from .base import Z99, _Shifted
+from .base import Z99, _Shifted, float32_normals
 
 
 class Exponential(_Shifted):
@@ -109,9 +109,7 @@ class Lognormal(_Shifted):
 
     def sample(self, rng, size):
         mu, sigma = self.params
-        x = rng.standard_normal(size, dtype=np.float32)
-        x *= sigma  # in place, in float32: loc + exp(mu + sigma x) to the bit, without temporaries
-        x += mu
+        x = float32_normals(rng, size, sigma, mu)  # in float32: loc + exp(mu + sigma x), to the bit
         np.exp(x, out=x)
         return x + self.loc if self.loc else x
 

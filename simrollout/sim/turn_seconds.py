@@ -33,7 +33,8 @@ def prefill_seconds(ppt, ppa, pca, exact_cached, below, t, prefix):
 def _turn(prev, prompt, a, o, max_context, kv_capacity, q, below, exact_cached):
     """One turn: ``(its seconds, the context after it)`` (``prev``: after the previous turn, 0
     before the first)."""
-    overhead, base, ppt, ppa, pca, pdec, pctx, mbt = q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]
+    overhead, base, ppt, ppa, pca, pdec, pctx = q[0], q[1], q[2], q[3], q[4], q[5], q[6]
+    mbt = np.int64(q[7])  # a whole number of tokens: the integer ceiling below is the float one, exactly
     top = min(max_context, kv_capacity - o)
     if prev > 0 and prev + a <= top:
         c = prev + a
