@@ -5,10 +5,11 @@
 
 The floor is what numpy alone takes to draw the headline's step variates: its 4 substrates x 1M
 trajectories x 150 steps, two float32 lognormals a turn, drawn and summed on 2 processes (one per
-core). simrollout draws its normals compiled, faster than numpy, so a case can come in under it. Each case runs alternately with the floor, ``-n`` pairs; the ratio is
-the median of the pairs' ratios (the machine's speed moves with its load, a pair's much less).
-A warm case runs once first, unmeasured, so its serving pilots are in the disk cache; a
-``--no-cache`` case runs them all (a first run or plan; numba's cache warm in both).
+core). simrollout draws its normals compiled, faster than numpy, so a case can come in under it.
+Each case runs alternately with the floor, ``-n`` pairs; the ratio is the median of the pairs'
+ratios (the machine's speed moves with its load, a pair's much less). A warm case runs once first,
+unmeasured, so its serving pilots are in the disk cache; a ``--no-cache`` case runs them all (a
+first run or plan; numba's cache warm in both).
 """
 
 from __future__ import annotations
