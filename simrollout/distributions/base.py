@@ -26,11 +26,12 @@ COMPILED_NORMALS = 1 << 16  # at least this many float32 normals are drawn compi
 def float32_normals(rng: np.random.Generator, size, scale: float | None = None, shift: float = 0.0):
     """``rng.standard_normal(size, dtype=np.float32)`` (then ``x *= scale; x += shift`` in float32):
     numpy's values to the bit, drawn compiled when there are many from numpy's default bit
-    generator (numba loaded only then)."""
+    generator and this numpy draws as the compiled loop does (numba loaded only then)."""
     if int(np.prod(size)) >= COMPILED_NORMALS and type(rng.bit_generator) is np.random.PCG64:
-        from .normal_f32 import standard_normal_f32
+        from .normal_f32 import agrees_with_numpy, standard_normal_f32
 
-        return standard_normal_f32(rng, size, scale, shift)
+        if agrees_with_numpy():
+            return standard_normal_f32(rng, size, scale, shift)
     x = rng.standard_normal(size, dtype=np.float32)
     if scale is not None:
         x *= scale

@@ -74,3 +74,26 @@ def test_distributions_draw_the_same_numbers(n):
     emp = Empirical(quantiles={0.5: 0.043, 0.9: 0.47})
     z = np.random.default_rng(2).standard_normal(n, dtype=np.float32)
     assert np.array_equal(emp.sample(np.random.default_rng(2), n), emp._from_z(z))
+
+
+def test_a_numpy_that_draws_otherwise_is_left_to_draw(monkeypatch):
+    """The compiled loop is used only once it was seen to agree with this numpy: if it did not,
+    every draw is numpy's own."""
+    from simrollout.distributions import normal_f32
+
+    assert normal_f32.agrees_with_numpy()  # the numpy installed draws as the loop does
+
+    def off(rng, size, scale=None, shift=0.0):
+        x = standard_normal_f32(rng, size, scale, shift)
+        x[::1000] += 1.0  # a numpy of another algorithm
+        return x
+
+    normal_f32.agrees_with_numpy.cache_clear()
+    monkeypatch.setattr(normal_f32, "standard_normal_f32", off)
+    try:
+        assert not normal_f32.agrees_with_numpy()
+        n = COMPILED_NORMALS * 2
+        want = np.random.default_rng(8).standard_normal(n, dtype=np.float32)
+        assert np.array_equal(_bits(want), _bits(float32_normals(np.random.default_rng(8), n)))
+    finally:
+        normal_f32.agrees_with_numpy.cache_clear()
