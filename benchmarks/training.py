@@ -27,7 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import measure  # noqa: E402
+from benchmarks.measure import measure  # noqa: E402
 from simrollout.scenario import load_scenario  # noqa: E402
 from simrollout.scenario.overrides import base_dict  # noqa: E402
 from simrollout.validation.fidelity_training import METRICS  # noqa: E402
